@@ -1,0 +1,46 @@
+# Shared setup for the README's two commands (demo and tests): apt packages, the venv in the
+# repository, the collection made importable by its real name. Sourced, not run.
+# shellcheck shell=bash
+
+cd "$repo" || exit 1
+venv="$repo/.venv"
+py="$venv/bin/python"
+collections="$venv/collections"
+export PATH="$venv/bin:$PATH"
+export ANSIBLE_COLLECTIONS_PATH="$collections"
+export ANSIBLE_NOCOLOR=1 PY_COLORS=0 ANSIBLE_FORCE_COLOR=0
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+log() { printf '[%s %s] %s\n' "$(basename "$0" .sh)" "$(date +%H:%M:%S)" "$*"; }
+
+apt_packages() {
+  local wanted=(gcc make libc6-dev git rsync lsof psmisc util-linux python3-venv)
+  local missing=()
+  local p
+  for p in "${wanted[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && { log "apt: all present"; return 0; }
+  if [ "$(id -u)" -ne 0 ]; then
+    log "apt: missing ${missing[*]} and not root: install them first"; return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+python_venv() {
+  if [ ! -x "$py" ]; then
+    python3 -m venv "$venv" || return 1
+  fi
+  "$py" -m pip install -q --upgrade pip >/dev/null || return 1
+  # The mirror's pip.conf names optional local indexes; their "is ignored" warnings are noise.
+  "$py" -m pip install -q -r tests/requirements.txt -e plugin_image >"$venv/pip.log" 2>&1
+  local rc=$?
+  grep -v "is ignored: it is neither a file nor a directory" "$venv/pip.log"
+  [ $rc -eq 0 ] || return $rc
+  "$py" -c "import ansible, grpc, kubernetes, hypothesis, galaxy_importer" || return 1
+  mkdir -p "$collections/ansible_collections/hygon"
+  ln -sfn "$repo" "$collections/ansible_collections/hygon/dcu"
+  "$py" tests/tools/ansible_test_offline.py
+}
+

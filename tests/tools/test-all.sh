@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The whole test suite, from nothing: apt packages, a venv in the repository, every tier.
+#
+#   tests/tools/test-all.sh              run every stage
+#   tests/tools/test-all.sh ruff pytest  run only the named stages (setup stages always run)
+#
+# Each stage prints its name and duration; the run fails if any stage fails, and pytest finding no
+# tests counts as a failure. Works offline given a PyPI mirror and a Debian mirror.
+set -uo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+# shellcheck source=tests/tools/bootstrap.sh
+source "$repo/tests/tools/bootstrap.sh"
+workspace="$repo/.build/ws/ansible_collections/hygon/dcu"
+
+failed=()
+summary=()
+
+# stage NAME CMD...: run one stage, record its duration and outcome; never aborts the run.
+stage() {
+  local name=$1; shift
+  if [ ${#selected[@]} -gt 0 ] && [[ " ${selected[*]} " != *" $name "* ]]; then
+    return 0
+  fi
+  log "stage $name: start"
+  local start=$SECONDS
+  "$@"
+  local rc=$?
+  local took=$((SECONDS - start))
+  if [ $rc -eq 0 ]; then
+    log "stage $name: ok (${took}s)"
+    summary+=("ok     ${took}s  $name")
+  else
+    log "stage $name: FAILED rc=$rc (${took}s)"
+    summary+=("FAILED ${took}s  $name")
+    failed+=("$name")
+  fi
+  return 0
+}
+
+# setup NAME CMD...: a stage everything else needs; its failure ends the run.
+setup() {
+  local name=$1; shift
+  log "setup $name: start"
+  local start=$SECONDS
+  if ! "$@"; then
+    log "setup $name: FAILED ($((SECONDS - start))s); nothing else can run"
+    exit 1
+  fi
+  log "setup $name: ok ($((SECONDS - start))s)"
+  summary+=("ok     $((SECONDS - start))s  setup $name")
+}
+
+# ansible-test needs the collection at .../ansible_collections/hygon/dcu and lists files with git:
+# give it a copy of exactly the files git would ship (tracked plus untracked-not-ignored).
+sync_workspace() {
+  rm -rf "$workspace"
+  mkdir -p "$workspace"
+  git ls-files -z --cached --others --exclude-standard \
+    | rsync -a --from0 --files-from=- ./ "$workspace/" || return 1
+  (cd "$workspace" && git init -q . && git add -A && \
+    git -c user.name=ci -c user.email=ci@localhost commit -q -m workspace) || return 1
+  make -s -C "$workspace/tests/simulator" >/dev/null
+}
+
+generated_current() {
+  "$py" plugin_image/tools/generate_stubs.py --check
+}
+
+simulator_build() {
+  make -C tests/simulator
+}
+
+ruff_check() {
+  ruff check .
+}
+
+mypy_check() {
+  # Import names must match the collection's real name, so mypy reads the collection through
+  # the venv's ansible_collections link.
+  (cd "$repo" && mypy \
+    "$collections/ansible_collections/hygon/dcu/plugins" \
+    plugin_image/src/hygon_dcu_plugin tests/simulator/simnode.py bench tests/tools)
+}
+
+yamllint_check() {
+  yamllint -s .
+}
+
+pytest_run() {
+  pytest -q -p no:cacheprovider --timeout=600
+  local rc=$?
+  [ $rc -eq 5 ] && log "pytest collected no tests: that is a failure"
+  return $rc
+}
+
+sanity() {
+  (cd "$workspace" && ansible-test sanity --python 3.11 --color no)
+}
+
+integration() {
+  (cd "$workspace" && ansible-test integration --local --python 3.11 --color no)
+}
+
+lint() {
+  ansible-lint --profile production --offline
+}
+
+molecule_run() {
+  molecule test --all
+}
+
+artifact() {
+  rm -rf .build/dist && mkdir -p .build/dist
+  ansible-galaxy collection build --force --output-path .build/dist . || return 1
+  "$py" tests/tools/check_artifact.py .build/dist/hygon-dcu-*.tar.gz
+}
+
+importer() {
+  "$py" tests/tools/run_galaxy_importer.py .build/dist/hygon-dcu-*.tar.gz
+}
+
+image() {
+  bash tests/image/run.sh
+}
+
+selected=("$@")
+total_start=$SECONDS
+setup apt apt_packages
+setup venv python_venv
+setup workspace sync_workspace
+
+stage generated generated_current
+stage simulator simulator_build
+stage ruff ruff_check
+stage mypy mypy_check
+stage yamllint yamllint_check
+stage pytest pytest_run
+stage sanity sanity
+stage integration integration
+stage ansible-lint lint
+stage molecule molecule_run
+stage build artifact
+stage galaxy-importer importer
+stage image image
+
+log "summary (total $((SECONDS - total_start))s):"
+printf '  %s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  log "FAILED stages: ${failed[*]}"
+  exit 1
+fi
+log "all stages passed"
