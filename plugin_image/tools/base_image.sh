@@ -60,8 +60,23 @@ debootstrap --variant=minbase "$suite" "$rootfs" "$DEBIAN_MIRROR" >"$rootfs.log"
     exit 1
 }
 rm -f "$rootfs.log"
-# The package lists and caches are only build leftovers; the Containerfile runs apt-get update.
-rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/archives/*.deb
+# Slim it the way the registry's -slim images are: no manuals, translations or docs (copyright
+# files stay), now and for every package installed on top of it later.
+cat >"$rootfs/etc/dpkg/dpkg.cfg.d/hygon-dcu-slim" <<'CFG'
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+path-exclude /usr/share/lintian/*
+CFG
+find "$rootfs/usr/share/doc" -mindepth 1 ! -type d ! -name copyright -delete
+find "$rootfs/usr/share/locale" -mindepth 1 -maxdepth 1 ! -name locale.alias -exec rm -rf {} +
+rm -rf "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* "$rootfs"/usr/share/lintian/*
+# Package lists and caches are build leftovers; every build runs apt-get update itself.
+rm -rf "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/cache/apt/*.bin \
+    "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/log/*.log "$rootfs"/var/log/apt/*
 
 tar --numeric-owner -C "$rootfs" -c . |
     podman import --change 'CMD ["/bin/bash"]' - "$image" >/dev/null

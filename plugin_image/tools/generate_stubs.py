@@ -27,7 +27,7 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 def generate(proto_dir: Path) -> dict[str, bytes]:
     """Run protoc on every proto in proto_dir; return generated file name -> content."""
-    from grpc_tools import protoc  # imported late: --help must work without grpcio-tools
+    from grpc_tools import protoc  # noqa: PLC0415 (late: --help works without grpcio-tools)
 
     protos = sorted(proto_dir.glob("*.proto"))
     if not protos:

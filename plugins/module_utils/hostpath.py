@@ -1,5 +1,5 @@
 # Copyright: hygon.dcu contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Host-root prefixing: one rule for every host path, so a simulated node is just another root."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Copyright: hygon.dcu contributors
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """ctypes binding to the vendor's partition management library, ``libhydmi_mig``.
 
 The library exports NVML's symbol names with its own struct layouts, so nothing here may come
@@ -209,6 +209,7 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {
     "nvmlDeviceGetHandleByPciBusId": (ctypes.c_char_p, _P(_HANDLE)),
     "nvmlDeviceGetIndex": (_HANDLE, _P(_UINT)),
     "nvmlDeviceGetName": (_HANDLE, ctypes.c_char_p, _UINT),
+    "nvmlDeviceGetUUID": (_HANDLE, ctypes.c_char_p, _UINT),
     "nvmlDeviceGetPciInfo": (_HANDLE, _P(PciInfo)),
     "nvmlDeviceGetAttributes": (_HANDLE, _P(DeviceAttributes)),
     "nvmlDeviceGetMemoryInfo": (_HANDLE, _P(MemoryInfo)),
@@ -305,8 +306,8 @@ class HydmiLibrary:
         if cached is not None:
             return cached
         if self._dll is None:
-            assert self._load_error is not None
-            raise LibraryUnusable(name, LIBRARY_NOT_FOUND, self._load_error.detail)
+            detail = self._load_error.detail if self._load_error else "not loaded"
+            raise LibraryUnusable(name, LIBRARY_NOT_FOUND, detail)
         try:
             function = getattr(self._dll, name)
         except AttributeError:
@@ -365,6 +366,12 @@ class HydmiLibrary:
     def device_name(self, device: ctypes.c_void_p) -> str:
         buffer = ctypes.create_string_buffer(256)
         self.call("nvmlDeviceGetName", device, buffer, len(buffer))
+        return _text(buffer.raw)
+
+    def device_uuid(self, device: ctypes.c_void_p) -> str:
+        """Not exported by the measured library: raises FUNCTION_NOT_FOUND there."""
+        buffer = ctypes.create_string_buffer(256)
+        self.call("nvmlDeviceGetUUID", device, buffer, len(buffer))
         return _text(buffer.raw)
 
     def device_pci_info(self, device: ctypes.c_void_p) -> PciInfo:

@@ -14,7 +14,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[%s %s] %s\n' "$(basename "$0" .sh)" "$(date +%H:%M:%S)" "$*"; }
 
 apt_packages() {
-  local wanted=(gcc make libc6-dev git rsync lsof psmisc util-linux python3-venv)
+  local wanted=(gcc make libc6-dev git rsync lsof psmisc util-linux python3-venv shellcheck)
   local missing=()
   local p
   for p in "${wanted[@]}"; do
@@ -34,7 +34,7 @@ python_venv() {
   fi
   "$py" -m pip install -q --upgrade pip >/dev/null || return 1
   # The mirror's pip.conf names optional local indexes; their "is ignored" warnings are noise.
-  "$py" -m pip install -q -r tests/requirements.txt -e plugin_image >"$venv/pip.log" 2>&1
+  "$py" -m pip install -q -r tests/requirements.txt -e ./plugin_image >"$venv/pip.log" 2>&1
   local rc=$?
   grep -v "is ignored: it is neither a file nor a directory" "$venv/pip.log"
   [ $rc -eq 0 ] || return $rc

@@ -31,7 +31,10 @@ def main(tarball: str) -> int:
         config = os.path.join(tmp, "galaxy-importer.cfg")
         with open(config, "w", encoding="utf-8") as handle:
             handle.write(CONFIG)
-        env = dict(os.environ, GALAXY_IMPORTER_CONFIG=config)
+        # ansible-doc, flake8 and ansible-lint are found on PATH: use the venv's.
+        bindir = os.path.dirname(sys.executable)
+        env = dict(os.environ, GALAXY_IMPORTER_CONFIG=config,
+                   PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
         result = subprocess.run(
             [sys.executable, "-m", "galaxy_importer.main", tarball],
             env=env, capture_output=True, text=True, check=False,

@@ -186,7 +186,8 @@ int sim_open(sim_ctx *ctx, int exclusive, int kernel_fd)
         ctx->simfd = fcntl(kernel_fd, F_DUPFD_CLOEXEC, 0);
     } else {
         const char *root = getenv("HYDMI_SIM_ROOT");
-        if (!root || !*root)
+        /* Long roots would truncate registry paths: refuse them outright. */
+        if (!root || !*root || strlen(root) > PATH_MAX - 256)
             return SIM_ERROR_DRIVER_NOT_LOADED;
         snprintf(ctx->root, sizeof(ctx->root), "%s", root);
         size_t l = strlen(ctx->root);
@@ -221,20 +222,32 @@ int sim_open(sim_ctx *ctx, int exclusive, int kernel_fd)
     return SIM_SUCCESS;
 }
 
+static int commit_into(sim_ctx *ctx, char *buf, size_t buf_len);
+
 int sim_commit(sim_ctx *ctx)
 {
-    static char buf[SIM_MAX_GIS * 2 * 128 + 256];
+    enum { BUF_LEN = SIM_MAX_GIS * 2 * 128 + 256 };
+    char *buf = malloc(BUF_LEN);
+    if (!buf)
+        return SIM_ERROR_MEMORY;
+    int rc = commit_into(ctx, buf, BUF_LEN);
+    free(buf);
+    return rc;
+}
+
+static int commit_into(sim_ctx *ctx, char *buf, size_t buf_len)
+{
     size_t off = 0;
     sim_instances *in = &ctx->inst;
-    off += (size_t)snprintf(buf + off, sizeof(buf) - off, "serial %llu\n", in->next_serial);
+    off += (size_t)snprintf(buf + off, buf_len - off, "serial %llu\n", in->next_serial);
     for (unsigned i = 0; i < in->ngis; i++) {
         sim_gi *g = &in->gis[i];
-        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "gi %u %u %u %u %u %llu\n", g->card,
+        off += (size_t)snprintf(buf + off, buf_len - off, "gi %u %u %u %u %u %llu\n", g->card,
                                 g->id, g->profile_id, g->start, g->size, g->serial);
     }
     for (unsigned i = 0; i < in->ncis; i++) {
         sim_ci *c = &in->cis[i];
-        off += (size_t)snprintf(buf + off, sizeof(buf) - off, "ci %u %u %u %u %llu %s\n", c->card,
+        off += (size_t)snprintf(buf + off, buf_len - off, "ci %u %u %u %u %llu %s\n", c->card,
                                 c->gi_id, c->id, c->profile_id, c->serial, c->uuid);
     }
     if (write_at(ctx->simfd, "instances", buf) != 0)
@@ -248,14 +261,14 @@ int sim_commit(sim_ctx *ctx)
         off = 0;
         buf[0] = '\0';
         if (fl->driver_code)
-            off += (size_t)snprintf(buf + off, sizeof(buf) - off, "driver %d\n", fl->driver_code);
+            off += (size_t)snprintf(buf + off, buf_len - off, "driver %d\n", fl->driver_code);
         for (unsigned c = 0; c < 32; c++)
             if (fl->unreachable & (1u << c))
-                off += (size_t)snprintf(buf + off, sizeof(buf) - off, "unreachable %u %d\n", c,
+                off += (size_t)snprintf(buf + off, buf_len - off, "unreachable %u %d\n", c,
                                         fl->unreachable_code);
         for (unsigned i = 0; i < fl->nfail; i++)
             if (fl->fail[i].count > 0)
-                off += (size_t)snprintf(buf + off, sizeof(buf) - off, "fail %s %u %d\n",
+                off += (size_t)snprintf(buf + off, buf_len - off, "fail %s %u %d\n",
                                         fl->fail[i].op, fl->fail[i].count, fl->fail[i].code);
         if (write_at(ctx->simfd, "faults", buf) != 0)
             return SIM_ERROR_UNKNOWN;

@@ -27,14 +27,11 @@ from decimal import Decimal
 from enum import Enum, StrEnum
 from typing import Any
 
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, SLICED, WHOLE_CARD
 from hygon_dcu_plugin.webhook.quantity import QuantityError, parse_quantity, whole_number
 
 VENDOR_PREFIX = "hygon.com/"
-FAMILY = "hygon.com/dcu.partitioned"
 PARTITION_PREFIX = FAMILY + "."
-PROFILE_PREFIX = FAMILY + ".mig-"
-WHOLE_CARD = "hygon.com/dcu"
-SLICED = "hygon.com/dcu.sliced"
 
 _EXAMPLE = f"{FAMILY}: 1 and {PROFILE_PREFIX}2g.15gb: 1"
 _ONE_PER_CONTAINER = "one partition per container; use one pod per partition"
@@ -131,8 +128,9 @@ def _check_container(container: _Container) -> Iterator[Violation]:
             Rule.PARTITION_IN_SIDECAR,
             container.name,
             f"{container.label} (restartPolicy: Always) requests {', '.join(partitions)}: "
-            "partitions cannot go to a sidecar; request the partition in an app container "
-            "under spec.containers instead",
+            "a sidecar is an init container, whose devices are handed on to the app "
+            "containers, so its partition cannot be attributed; request the partition in an "
+            "app container under spec.containers instead",
         )
         return
     if container.kind is _Kind.INIT:
@@ -261,17 +259,21 @@ def _check_mixing(containers: list[_Container]) -> Iterator[Violation]:
     ]
     if not partitioned:
         return
-    holders = ", ".join(c.label for c in partitioned)
     for container in containers:
         others = [name for name in container.vendor_resources() if name in (WHOLE_CARD, SLICED)]
-        if others:
-            yield Violation(
-                Rule.MIXED_WITH_PARTITIONS,
-                container.name,
-                f"{container.label} requests {', '.join(others)} while {holders} requests a "
-                "partition: a partitioned node serves only partitions, so this pod could never "
-                "be scheduled; use partitions or whole cards in one pod, not both",
-            )
+        if not others:
+            continue
+        if container in partitioned:
+            where = "next to its own partition request"
+        else:
+            where = f"while {', '.join(c.label for c in partitioned)} requests a partition"
+        yield Violation(
+            Rule.MIXED_WITH_PARTITIONS,
+            container.name,
+            f"{container.label} requests {', '.join(others)} {where}: a partitioned node "
+            "serves only partitions, so this pod could never be scheduled; use partitions or "
+            "whole cards in one pod, not both",
+        )
 
 
 def _containers(pod: Mapping[str, Any]) -> Iterator[_Container]:

@@ -1,0 +1,74 @@
+"""Replay a request stream on an in-memory node under one placement policy.
+
+Departures at an instant are applied before arrivals at the same instant (intervals are
+half-open). A request is refused only when the policy finds no free legal placement anywhere:
+the kubelet has already admitted the pod, so the allocator cannot hold a request back.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hygon_dcu_plugin.placement import CardView, occupied_by
+
+from .policies import Policy
+from .tables import CardModel
+from .workload import Request
+
+
+@dataclass(frozen=True)
+class Outcome:
+    requests: int
+    accepted: int
+    offered_slice_time: float
+    # Refused while the node had at least as many free slices as asked for: slices x duration.
+    stranded_slice_time: float
+    stranded_refusals: int
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.requests if self.requests else 1.0
+
+    @property
+    def stranded_share(self) -> float:
+        return self.stranded_slice_time / self.offered_slice_time if self.offered_slice_time else 0.0
+
+
+def card_views(card: CardModel, spans: Sequence[dict[int, tuple[int, int]]]) -> list[CardView]:
+    return [
+        CardView(index, f"sim-{index}", card.slice_count, card.profiles,
+                 occupied_by(live.values()))
+        for index, live in enumerate(spans)
+    ]
+
+
+def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Policy) -> Outcome:
+    live: list[dict[int, tuple[int, int]]] = [{} for _ in range(cards)]
+    departures: list[tuple[float, int, int]] = []  # (time, request id, card)
+    free_slices = cards * card.slice_count
+    accepted = 0
+    offered = stranded = 0.0
+    stranded_refusals = 0
+    for request in sorted(requests, key=lambda r: (r.arrive, r.id)):
+        while departures and departures[0][0] <= request.arrive:
+            _, rid, index = heapq.heappop(departures)
+            free_slices += live[index].pop(rid)[1]
+        offered += request.slices * request.duration
+        decision = policy(card_views(card, live), request.profile)
+        if decision is None:
+            if free_slices >= request.slices:
+                stranded += request.slices * request.duration
+                stranded_refusals += 1
+            continue
+        index, placement = decision
+        taken = set().union(*(range(s, s + n) for s, n in live[index].values()))
+        wanted = set(range(placement.start, placement.start + placement.size))
+        if taken & wanted or placement.size != request.slices:
+            raise AssertionError(f"policy overlapped or mis-sized: {placement} on card {index}")
+        live[index][request.id] = (placement.start, placement.size)
+        free_slices -= placement.size
+        accepted += 1
+        heapq.heappush(departures, (request.depart, request.id, index))
+    return Outcome(len(requests), accepted, offered, stranded, stranded_refusals)

@@ -1,0 +1,7 @@
+"""`python -m hygon_dcu_plugin` is the `hygon-dcu-plugin` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,274 @@
+"""Allocate: carve one partition for the container being admitted.
+
+Order of events, all under the node lock (identify-and-reserve is one step):
+identify the container (PodResources List + the API server), read its profile from its
+limits, choose card and placement from live driver state, create GI + CI under the card's
+lock, write the ownership record (fsync) BEFORE answering, annotate the pod, check the conf
+file is still there, answer. Any failure after the create destroys the instance again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Sequence
+
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Instance, Node
+
+from .advertise import free_capacity
+from .api import deviceplugin_v1beta1_pb2 as pb
+from .identify import Target, identify
+from .kube import KubeApi, Pod
+from .locks import Locks
+from .metrics import Metrics
+from .placement import PACK, CardView, choose
+from .podresources import PodLister, PodResourcesError
+from .records import Record, RecordStore
+from .response import partition_response, under, whole_card_response
+from .vocabulary import (
+    ANNOTATION_PREFIX,
+    FAMILY,
+    PROFILE_PREFIX,
+    WHOLE_CARD,
+    RequestRefused,
+    requested_profile,
+)
+
+log = logging.getLogger(__name__)
+
+Checkpoint = Callable[[str], None]
+
+
+def card_views(cards: Sequence[Card]) -> list[CardView]:
+    """Healthy, addressable cards as the placement policy sees them."""
+    return [
+        CardView(c.index, c.pci, c.slice_count, c.profiles, c.occupied)
+        for c in cards
+        if c.healthy and c.pci
+    ]
+
+
+def describe_free(views: Sequence[CardView]) -> str:
+    free = free_capacity(views)
+    parts = [f"{r[len(PROFILE_PREFIX):]}: {n}" for r, n in sorted(free.items()) if r != FAMILY]
+    return f"{free.get(FAMILY, 0)} partitions ({', '.join(parts) or 'no profiles'})"
+
+
+class Allocator:
+    def __init__(
+        self,
+        node: Node,
+        store: RecordStore,
+        kube: KubeApi,
+        lister: PodLister,
+        *,
+        locks: Locks,
+        metrics: Metrics,
+        host_root: str = "/",
+        answer_root: str = "/",
+        policy: str = PACK,
+        on_change: Callable[[], None] = lambda: None,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
+        self.node = node
+        self.store = store
+        self.kube = kube
+        self.lister = lister
+        self.locks = locks
+        self.metrics = metrics
+        self.host_root = host_root
+        self.answer_root = answer_root
+        self.policy = policy
+        self.on_change = on_change
+        self.checkpoint = checkpoint
+
+    def _step(self, name: str) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint(name)
+
+    # entry point -----------------------------------------------------------------------
+    def allocate(self, resource: str, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        started = time.monotonic()
+        try:
+            if resource == WHOLE_CARD:
+                return self._whole_card(device_ids)
+            if resource != FAMILY:
+                # Profile resources only carry the count the scheduler needs; the partition
+                # is carved by the family's Allocate.
+                return pb.ContainerAllocateResponse()
+            if len(device_ids) != 1:
+                raise RequestRefused(
+                    "too_many",
+                    f"{FAMILY}: {len(device_ids)} partitions requested for one container; a "
+                    f"container sees exactly one partition, so set {FAMILY}: 1 and use one "
+                    "container per partition",
+                )
+            with self.locks.node():
+                response = self._partition(device_ids)
+            return response
+        except RequestRefused as refused:
+            self.metrics.allocation_failures.inc(reason=refused.reason)
+            log.warning("Allocate refused", extra={"resource": resource, "reason": refused.reason,
+                                                  "why": str(refused)})
+            raise
+        except Exception as exc:
+            self.metrics.allocation_failures.inc(reason=type(exc).__name__)
+            raise
+        finally:
+            self.metrics.allocate_seconds.observe(time.monotonic() - started)
+            self.on_change()
+
+    # the family ------------------------------------------------------------------------
+    def _partition(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        records = self.store.load()
+        if records.unreadable:
+            # Placement reads live driver state, so a bad record cannot cause an overlap;
+            # it only blocks orphan collection (see the reclaimer).
+            log.error("unreadable ownership records", extra={"records": records.unreadable})
+        try:
+            listed = self.lister.list()
+        except PodResourcesError as exc:
+            raise RequestRefused(
+                "kubelet_unreachable",
+                f"cannot ask the kubelet which container is being admitted: {exc}",
+            ) from exc
+        cache: dict[tuple[str, str], Pod | None] = {}
+
+        def lookup(namespace: str, name: str) -> Pod | None:
+            if (namespace, name) not in cache:
+                cache[(namespace, name)] = self.kube.get_pod(namespace, name)
+            return cache[(namespace, name)]
+
+        target = identify(FAMILY, device_ids, listed, lookup, records.records)
+        if target.reuse is not None:
+            return self._answer_again(target, target.reuse, device_ids)
+        profile_name = requested_profile(target.container.name, target.container.limits)
+        return self._create(target, profile_name, device_ids)
+
+    def _create(self, target: Target, profile_name: str,
+                device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        views = card_views(self.node.cards())
+        offered = sorted({p.name for v in views for p in v.profiles})
+        if profile_name not in offered:
+            raise RequestRefused(
+                "unknown_profile",
+                f"profile {profile_name!r} is not offered on this node; offered: "
+                f"{', '.join(offered) or 'none (is partition mode on?)'}",
+            )
+        choice = choose(views, profile_name, self.policy)
+        if choice is None:
+            raise RequestRefused(
+                "no_capacity",
+                f"no free {profile_name} partition on this node; free capacity: "
+                f"{describe_free(views)}. Wait for partitions to be released or request a "
+                "profile that still fits",
+            )
+        pod, container = target.pod, target.container
+        with self.locks.card(choice.card.pci):
+            profile_id = getattr(choice.profile, "id")  # noqa: B009 (node-layer Profile)
+            instance = self.node.create(choice.card.index, profile_id, choice.placement.start,
+                                        checkpoint=self.checkpoint)
+            written: Record | None = None
+            try:
+                if instance.uuid is None or instance.conf_path is None:
+                    raise RuntimeError(f"created instance has no uuid/conf file: {instance}")
+                record = Record(
+                    uuid=instance.uuid,
+                    card_pci=choice.card.pci,
+                    card_index=choice.card.index,
+                    gpu_instance_id=instance.gpu_instance_id,
+                    compute_instance_id=instance.compute_instance_id or 0,
+                    profile=profile_name,
+                    placement_start=instance.placement.start,
+                    placement_size=instance.placement.size,
+                    conf_path=instance.conf_path,
+                    namespace=pod.namespace,
+                    pod_name=pod.name,
+                    pod_uid=pod.uid,
+                    containers=(container.name,),
+                    device_ids=tuple(device_ids),
+                    created_at=time.time(),
+                )
+                self.store.write(record)
+                written = record
+                self._step("record_written")
+                self._annotate(record, container.name)
+                self._step("annotated")
+                response = self._response(record)
+            except BaseException as exc:
+                self._roll_back(instance, written, exc)
+                raise
+        self.metrics.allocations.inc(profile=profile_name)
+        log.info("partition granted", extra={
+            "pod": pod.key, "container": container.name, "profile": profile_name,
+            "card": record.card_pci, "placement": f"{record.placement_start}:"
+            f"{record.placement_size}", "uuid": record.uuid})
+        return response
+
+    def _roll_back(self, instance: Instance, record: Record | None, cause: BaseException) -> None:
+        log.error("allocation failed after create; destroying the instance again",
+                  extra={"card": instance.card_index, "gpu_instance": instance.gpu_instance_id,
+                         "error": str(cause)})
+        try:
+            # No uuid guard: we created it moments ago and still hold the card lock, and the
+            # failure may be exactly that its conf file (the uuid's only home) went missing.
+            self.node.destroy(instance.card_index, instance.gpu_instance_id)
+        except Exception as exc:
+            # Keep the record then: the reclaimer destroys it once the pod is gone.
+            cause.add_note(f"rollback failed, left for the reclaimer: {exc}")
+            return
+        if record is not None:
+            self.store.remove(record)
+
+    def _annotate(self, record: Record, container: str) -> None:
+        value = json.dumps({
+            "card": record.card_pci,
+            "profile": record.profile,
+            "placement": f"{record.placement_start}:{record.placement_size}",
+            "uuid": record.uuid,
+        }, sort_keys=True)
+        self.kube.annotate_pod(record.namespace, record.pod_name, record.pod_uid,
+                               {ANNOTATION_PREFIX + container: value})
+
+    def _answer_again(self, target: Target, record: Record,
+                      device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        """Same partition again: a retried call, or an app container given the device id of
+        an init container of the same pod. Never resolved to a different instance."""
+        live = [i for i in self.node.instances() if i.pci == record.card_pci
+                and i.gpu_instance_id == record.gpu_instance_id and i.uuid == record.uuid]
+        if not live:
+            raise RequestRefused(
+                "stale_record",
+                f"the partition recorded for pod {record.pod_key} (uuid {record.uuid}) no longer "
+                "exists (the node rebooted or it was destroyed); delete the pod so it is "
+                "scheduled again",
+            )
+        container = target.container.name
+        if container not in record.containers:
+            updated = Record(**{**record.__dict__,
+                                "containers": (*record.containers, container),
+                                "device_ids": tuple(sorted({*record.device_ids, *device_ids}))})
+            self.store.write(updated)
+            self._annotate(updated, container)
+            record = updated
+        return self._response(record)
+
+    def _response(self, record: Record) -> pb.ContainerAllocateResponse:
+        return partition_response(self.host_root, self.answer_root, record.card_pci,
+                                  record.conf_path, record.uuid)
+
+    # mode off ----------------------------------------------------------------------------
+    def _whole_card(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+        pcis = [self._card_pci(d) for d in device_ids]
+        if not pcis:
+            raise RequestRefused("bad_request", f"{WHOLE_CARD}: no device id in the request")
+        return whole_card_response(self.host_root, self.answer_root, pcis)
+
+    def _card_pci(self, device_id: str) -> str:
+        """hygon.com/dcu ids are PCI addresses (see advertise.whole_card_plan)."""
+        if not os.path.isdir(under(self.host_root, f"/sys/bus/pci/devices/{device_id}")):
+            raise RequestRefused("bad_request",
+                                 f"{WHOLE_CARD}: device {device_id!r} is not a PCI address here")
+        return device_id

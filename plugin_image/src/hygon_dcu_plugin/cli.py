@@ -1,0 +1,117 @@
+"""`hygon-dcu-plugin serve` (the device plugin) and `hygon-dcu-plugin webhook` (admission)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType
+
+from . import __version__
+from .config import FILE_HELP, ConfigError, add_flags, settings_from
+
+log = logging.getLogger("hygon_dcu_plugin")
+
+# Test hook: SIGKILL ourselves at the named step of create/destroy (node layer checkpoints
+# "gpu_instance_created", "compute_instance_created", "compute_instance_destroyed"; ours
+# "record_written", "annotated", "instance_destroyed"). Used by the crash-safety tests only.
+KILL_AT_ENV = "HYGON_DCU_PLUGIN_TEST_KILL_AT"
+
+
+def kill_at(step_wanted: str) -> Callable[[str], None]:
+    def checkpoint(step: str) -> None:
+        if step == step_wanted:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return checkpoint
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: PLC0415
+
+    from . import logs  # noqa: PLC0415
+    from .health import HealthServer  # noqa: PLC0415
+    from .kube import KubernetesApi  # noqa: PLC0415
+    from .podresources import PodResourcesClient  # noqa: PLC0415
+    from .runtime import Runtime  # noqa: PLC0415
+
+    try:
+        settings = settings_from(args)
+    except ConfigError as exc:
+        print(f"hygon-dcu-plugin: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(settings.log_level)
+    kill_step = os.environ.get(KILL_AT_ENV)
+    runtime = Runtime(
+        settings,
+        Node(settings.host_root, settings.library_path),
+        KubernetesApi(settings.kubeconfig),
+        PodResourcesClient(settings.pod_resources_socket),
+        checkpoint=kill_at(kill_step) if kill_step else None,
+    )
+    health = HealthServer(settings.health_address, runtime.alive,
+                          lambda: runtime.registered and runtime.alive(),
+                          runtime.metrics.render)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping", extra={"signal": signum})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    health.start()
+    runtime.start()
+    log.info("serving", extra={"resources": runtime.resources, "version": __version__,
+                               "health": settings.health_address})
+    stop.wait()
+    runtime.stop()
+    health.stop()
+    return 0
+
+
+def _webhook(argv: list[str]) -> int:
+    try:
+        server = importlib.import_module("hygon_dcu_plugin.webhook.server")
+    except ModuleNotFoundError as exc:
+        print(f"hygon-dcu-plugin webhook: the admission webhook is not part of this build "
+              f"({exc}); use an image that includes hygon_dcu_plugin.webhook", file=sys.stderr)
+        return 2
+    result = server.main(argv)
+    return int(result)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="hygon-dcu-plugin",
+        description="Hygon DCU partitioning runtime for Kubernetes.",
+    )
+    top.add_argument("--version", action="version", version=__version__)
+    sub = top.add_subparsers(dest="command", required=True, metavar="{serve,webhook}")
+    serve = sub.add_parser(
+        "serve",
+        help="run the device plugin on this node",
+        description="Advertise the node's partitions to the kubelet, carve one per container "
+                    "in Allocate, reclaim them when pods end. Flags override the config file.",
+        epilog=FILE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_flags(serve)
+    sub.add_parser("webhook", help="run the admission webhook (its own flags follow)",
+                   add_help=False)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["webhook"]:
+        return _webhook(args_list[1:])
+    args = parser().parse_args(args_list)
+    if args.command == "serve":
+        return _serve(args)
+    return 2

@@ -1,0 +1,106 @@
+"""Which container an Allocate call serves.
+
+Allocate carries only device ids. The kubelet lists the pod it is admitting in PodResources
+before calling us, with no device yet for the container being allocated, but the same List
+also shows pods it already rejected, terminating and completed pods (all with empty device
+lists, in no stable order). So: keep containers whose pod (read from the API server) requests
+the resource and is neither terminal nor terminating; the API can lag the kubelet, and the
+kubelet admits pods one at a time in creation order, so a stale entry is always OLDER than the
+pod being admitted: the newest candidate wins. Within a pod, containers are allocated one per
+call in spec order, init containers first; an app container may reuse an init container's
+device id, and then it reuses that init container's partition.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .kube import ContainerSpec, Pod
+from .podresources import ListedPod
+from .records import Record
+from .vocabulary import RequestRefused
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Target:
+    pod: Pod
+    container: ContainerSpec
+    # A live record of this pod holding one of the requested ids: answer with its partition
+    # (a retried call for the same container, or an app container reusing an init container's).
+    reuse: Record | None = None
+
+
+def _requesting(pod: Pod, resource: str) -> list[ContainerSpec]:
+    """Containers of the pod that ask for the resource, in the kubelet's allocation order."""
+    return [c for c in (*pod.init_containers, *pod.containers) if resource in c.limits]
+
+
+def _pending(
+    pod: Pod, listed: ListedPod, resource: str, records: Sequence[Record]
+) -> ContainerSpec | None:
+    done = {name for r in records if r.pod_uid == pod.uid for name in r.containers}
+    app_names = {c.name for c in pod.containers}
+    listed_devices = {c.name: c.devices.get(resource, ()) for c in listed.containers}
+    for container in _requesting(pod, resource):
+        if container.name in done:
+            continue
+        if container.name in app_names and listed_devices.get(container.name):
+            # The kubelet already holds a device for it: not the one being admitted.
+            continue
+        return container
+    return None
+
+
+def identify(
+    resource: str,
+    device_ids: Sequence[str],
+    listed: Sequence[ListedPod],
+    lookup: Callable[[str, str], Pod | None],
+    records: Sequence[Record],
+) -> Target:
+    candidates: list[tuple[Pod, ListedPod]] = []
+    for entry in listed:
+        if all(c.devices.get(resource) for c in entry.containers):
+            continue
+        pod = lookup(entry.namespace, entry.name)
+        if pod is None or pod.terminal or pod.deleting:
+            continue
+        if not _requesting(pod, resource):
+            continue
+        candidates.append((pod, entry))
+
+    wanted = set(device_ids)
+    for pod, entry in candidates:
+        for record in records:
+            if record.pod_uid == pod.uid and wanted & set(record.device_ids):
+                pending = _pending(pod, entry, resource, records)
+                if pending is None:
+                    pending = next(
+                        c for c in _requesting(pod, resource) if c.name == record.containers[-1]
+                    )
+                return Target(pod=pod, container=pending, reuse=record)
+
+    waiting = [
+        (pod, container)
+        for pod, entry in candidates
+        if (container := _pending(pod, entry, resource, records)) is not None
+    ]
+    if not waiting:
+        raise RequestRefused(
+            "unidentified",
+            f"no container waiting for {resource} was found in the kubelet's PodResources "
+            "List (among pods that request it and are neither terminal nor terminating); "
+            "delete and recreate the pod",
+        )
+    waiting.sort(key=lambda item: (item[0].created, item[0].key))
+    if len(waiting) > 1:
+        log.info(
+            "several containers wait for a partition; serving the newest pod",
+            extra={"chosen": waiting[-1][0].key, "older": [p.key for p, _ in waiting[:-1]]},
+        )
+    pod, container = waiting[-1]
+    return Target(pod=pod, container=container)

@@ -1,0 +1,164 @@
+"""Every Kubernetes API call the plugin makes, behind one small interface.
+
+`KubeApi` is what the allocator and the reclaimer depend on; `KubernetesApi` is the real one
+(the `kubernetes` client). Keep every call in this file and in API_ACCESS below: the RBAC rules
+of the DaemonSet are derived from that constant.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+# (apiGroup, resource, verb) for every call below; "" is the core group.
+API_ACCESS: tuple[tuple[str, str, str], ...] = (
+    ("", "pods", "get"),     # get_pod: identify the container, confirm a pod is gone
+    ("", "pods", "patch"),   # annotate_pod: record the partition on the pod
+    ("", "pods", "list"),    # watch_pods: the initial list of a watch
+    ("", "pods", "watch"),   # watch_pods: wake the reclaimer when a pod on this node changes
+)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    limits: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    created: float  # creation timestamp, seconds since the epoch
+    deleting: bool = False  # deletionTimestamp is set
+    containers: tuple[ContainerSpec, ...] = ()
+    init_containers: tuple[ContainerSpec, ...] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
+class KubeApiError(Exception):
+    """The API server could not be asked (network, auth); nothing can be concluded."""
+
+
+class KubeApi(Protocol):
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """The pod, or None when the API server confirms it does not exist."""
+
+    def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str]
+    ) -> None:
+        """Merge annotations into the pod, only if it is still the pod with this uid."""
+
+    def watch_pods(
+        self, node_name: str, on_change: Callable[[], None], stop: threading.Event
+    ) -> None:
+        """Call on_change whenever a pod bound to node_name changes, until stop is set."""
+
+
+def _limits(container: Any) -> dict[str, str]:
+    resources = getattr(container, "resources", None)
+    limits = getattr(resources, "limits", None) or {}
+    return {str(k): str(v) for k, v in limits.items()}
+
+
+def pod_from_api(obj: Any) -> Pod:
+    """Convert a kubernetes-client V1Pod into our Pod."""
+    meta = obj.metadata
+    spec = obj.spec
+    created = meta.creation_timestamp
+    return Pod(
+        namespace=meta.namespace,
+        name=meta.name,
+        uid=meta.uid,
+        phase=(obj.status.phase if obj.status else None) or "Pending",
+        created=created.timestamp() if isinstance(created, datetime) else 0.0,
+        deleting=meta.deletion_timestamp is not None,
+        containers=tuple(ContainerSpec(c.name, _limits(c)) for c in (spec.containers or [])),
+        init_containers=tuple(
+            ContainerSpec(c.name, _limits(c)) for c in (spec.init_containers or [])
+        ),
+        annotations=dict(meta.annotations or {}),
+    )
+
+
+class KubernetesApi:
+    """The real API server through the `kubernetes` client (in-cluster or kubeconfig)."""
+
+    def __init__(self, kubeconfig: str | None = None, timeout: float = 10.0) -> None:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        else:
+            config.load_incluster_config()
+        self._core = client.CoreV1Api()
+        self._timeout = timeout
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        try:
+            obj = self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise KubeApiError(
+                f"get pod {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:
+            raise KubeApiError(f"get pod {namespace}/{name}: {exc}") from exc
+        return pod_from_api(obj)
+
+    def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str]
+    ) -> None:
+        # The uid in the patch makes the API server refuse it if the name now belongs to a
+        # different pod (uid is immutable).
+        body = {"metadata": {"uid": uid, "annotations": annotations}}
+        try:
+            self._core.patch_namespaced_pod(name, namespace, body, _request_timeout=self._timeout)
+        except ApiException as exc:
+            raise KubeApiError(
+                f"annotate pod {namespace}/{name}: HTTP {exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:
+            raise KubeApiError(f"annotate pod {namespace}/{name}: {exc}") from exc
+
+    def watch_pods(
+        self, node_name: str, on_change: Callable[[], None], stop: threading.Event
+    ) -> None:
+        selector = f"spec.nodeName={node_name}"
+        while not stop.is_set():
+            watcher = watch.Watch()
+            try:
+                for _event in watcher.stream(
+                    self._core.list_pod_for_all_namespaces,
+                    field_selector=selector,
+                    timeout_seconds=60,
+                    _request_timeout=90,
+                ):
+                    on_change()
+                    if stop.is_set():
+                        break
+            except Exception as exc:  # the periodic resync covers the gap; retry the watch
+                log.warning("pod watch failed, retrying", extra={"error": str(exc)})
+                stop.wait(5.0)
+            finally:
+                watcher.stop()

@@ -1,0 +1,126 @@
+"""The Allocate answer: exactly what the vendor runtime needs to see one partition.
+
+Host paths are the node's real paths (the container runtime reads them on the host); the
+plugin itself looks at the host through host_root. `answer_root` prefixes the host paths of the
+answer: "/" on a real node, the node's root directory on a simulated one (whose "runtime",
+tests/simulator/minirun, runs on the machine that holds the simulated root).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from .api import deviceplugin_v1beta1_pb2 as pb
+from .vocabulary import ENV_VISIBLE_DEVICE
+
+log = logging.getLogger(__name__)
+
+KFD = "/dev/kfd"
+MKFD = "/dev/mkfd"
+HYHAL = "/opt/hyhal"
+DTK = "/opt/dtk"
+DTK_IN_CONTAINER = "/opt/hygondriver"
+
+
+def under(host_root: str, canonical: str) -> str:
+    root = host_root.rstrip("/")
+    return root + canonical if root else canonical
+
+
+class ResponseError(Exception):
+    """The node lacks something the answer needs; the message says what."""
+
+
+def card_render_nodes(host_root: str, pci: str) -> list[str]:
+    """The card's /dev/dri/card<N> and /dev/dri/renderD<M>, read from sysfs under its PCI
+    address (minors are not derivable from the library index)."""
+    drm = under(host_root, f"/sys/bus/pci/devices/{pci}/drm")
+    try:
+        names = sorted(os.listdir(drm))
+    except OSError as exc:
+        raise ResponseError(
+            f"cannot read {drm} to find the DRM nodes of card {pci}: {exc}"
+        ) from exc
+    nodes = [f"/dev/dri/{n}" for n in names if n.startswith(("card", "renderD"))]
+    if not any(n.startswith("/dev/dri/card") for n in nodes) or not any(
+        n.startswith("/dev/dri/renderD") for n in nodes
+    ):
+        raise ResponseError(f"{drm} lists no card/renderD node for card {pci} (found {names})")
+    return nodes
+
+
+def _common(host_root: str, answer_root: str, pci: str) -> pb.ContainerAllocateResponse:
+    response = pb.ContainerAllocateResponse()
+    for path in (KFD, MKFD):
+        response.devices.append(pb.DeviceSpec(container_path=path,
+                                              host_path=under(answer_root, path),
+                                              permissions="rwm"))
+    _render_nodes(response, host_root, answer_root, pci)
+    if os.path.isdir(under(host_root, HYHAL)):
+        response.mounts.append(pb.Mount(container_path=HYHAL, host_path=under(answer_root, HYHAL),
+                                        read_only=True))
+    else:
+        # Without it the runtime prints "open hydmilib:libhydmi.so error"; say so in our log.
+        log.warning("host has no %s; the workload will not find libhydmi.so", HYHAL)
+    if os.path.isdir(under(host_root, DTK)):
+        response.mounts.append(pb.Mount(container_path=DTK_IN_CONTAINER,
+                                        host_path=under(answer_root, DTK), read_only=True))
+    return response
+
+
+def _render_nodes(response: pb.ContainerAllocateResponse, host_root: str, answer_root: str,
+                  pci: str) -> None:
+    for path in card_render_nodes(host_root, pci):
+        response.devices.append(pb.DeviceSpec(container_path=path,
+                                              host_path=under(answer_root, path),
+                                              permissions="rw"))
+
+
+def partition_response(host_root: str, answer_root: str, pci: str, conf_path: str,
+                       uuid: str) -> pb.ContainerAllocateResponse:
+    if not os.path.isfile(under(host_root, conf_path)):
+        # Checked right before answering: binding a missing source makes the runtime create a
+        # directory there, which poisons that instance id for good.
+        raise ResponseError(f"the instance's registry file {conf_path} is missing")
+    response = _common(host_root, answer_root, pci)
+    # At its own path: the runtime scans /etc/dmi_mig_config/ci by absolute path.
+    response.mounts.append(pb.Mount(container_path=conf_path,
+                                    host_path=under(answer_root, conf_path), read_only=True))
+    response.envs[ENV_VISIBLE_DEVICE] = f"MIG-{uuid}"
+    return response
+
+
+def whole_card_response(host_root: str, answer_root: str,
+                        pcis: list[str]) -> pb.ContainerAllocateResponse:
+    response = _common(host_root, answer_root, pcis[0])
+    for pci in pcis[1:]:
+        _render_nodes(response, host_root, answer_root, pci)
+    return response
+
+
+HYGON_PCI_VENDOR = "0x1d94"
+
+
+def hygon_pci_addresses(host_root: str) -> list[str]:
+    """PCI addresses of the Hygon cards in sysfs, sorted.
+
+    Mode off has no registry (dev<N> is the only index -> PCI map the driver gives), so the
+    whole-card resource pairs library index N with the N-th address in PCI order. That pairing
+    is our inference, not a measured fact; it only affects which render nodes a whole-card
+    container gets.
+    """
+    bus = under(host_root, "/sys/bus/pci/devices")
+    found = []
+    try:
+        names = sorted(os.listdir(bus))
+    except OSError:
+        return []
+    for name in names:
+        try:
+            with open(os.path.join(bus, name, "vendor"), encoding="ascii") as handle:
+                if handle.read().strip().lower() == HYGON_PCI_VENDOR:
+                    found.append(name)
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,177 @@
+"""The running plugin: node discovery at start, the resource set, the counts the kubelet sees,
+and the threads (gRPC servers, reclaimer, pod watch, health endpoint).
+
+The mode is read once at start: a running plugin does not notice a mode change (the driver
+does not tell it), which is why the node state machine restarts it after every switch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+
+from .advertise import Device, partition_plan, whole_card_plan
+from .allocator import Allocator, card_views
+from .board import DeviceBoard
+from .config import Settings
+from .kube import KubeApi
+from .locks import Locks
+from .metrics import LabelKey, Metrics
+from .podresources import PodLister, PodResourcesError
+from .reclaimer import Reclaimer
+from .records import RecordStore
+from .response import hygon_pci_addresses
+from .service import PluginServers
+from .vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD, profile_resource
+
+log = logging.getLogger(__name__)
+
+Checkpoint = Callable[[str], None]
+
+
+class Runtime:
+    def __init__(self, settings: Settings, node: Node, kube: KubeApi, lister: PodLister,
+                 checkpoint: Checkpoint | None = None) -> None:
+        self.settings = settings
+        self.node = node
+        self.kube = kube
+        self.lister = lister
+        self.metrics = Metrics()
+        self.board = DeviceBoard()
+        self.store = RecordStore(settings.records_dir)
+        self.store.ensure()
+        self.store.remove_temporaries()
+        self.locks = Locks(settings.lock_dir)
+        self._refresh_lock = threading.Lock()
+        self.partitioned = self._read_mode()
+        self.allocator = Allocator(
+            node, self.store, kube, lister, locks=self.locks, metrics=self.metrics,
+            host_root=settings.host_root, answer_root=settings.answer_root,
+            policy=settings.policy, on_change=self.refresh,
+            checkpoint=checkpoint)
+        self.reclaimer = Reclaimer(
+            node, self.store, kube, locks=self.locks, metrics=self.metrics,
+            grace_seconds=settings.grace_seconds, on_change=self.refresh, checkpoint=checkpoint)
+        self.resources = self._resources()
+        self.servers = PluginServers(settings.device_plugin_dir, self.resources, self.board,
+                                     self.allocator.allocate, on_registered=self._registered)
+        self.registered = False
+        self.stop_event = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _read_mode(self) -> bool:
+        state = self.node.mode()
+        if state.source != "library":
+            log.error("management library unusable; serving no partitions",
+                      extra={"error": state.error})
+            return False
+        log.info("partition mode read at start", extra={"mode": bool(state.current)})
+        return bool(state.current)
+
+    def _resources(self) -> list[str]:
+        resources = [WHOLE_CARD, FAMILY]
+        if self.partitioned:
+            try:
+                names = sorted({p.name for c in self.node.cards() for p in c.profiles})
+            except HydmiError as exc:
+                log.error("cannot discover profiles", extra={"error": str(exc)})
+                names = []
+            resources += [profile_resource(n) for n in names]
+        return resources
+
+    def _registered(self, ok: bool) -> None:
+        self.registered = ok
+        self.metrics.registered.set_all({(): 1.0 if ok else 0.0})
+
+    # counts ----------------------------------------------------------------------------
+    def plan(self) -> dict[str, list[Device]]:
+        if not self.partitioned:
+            try:
+                cards = self.node.cards()
+            except HydmiError as exc:
+                log.error("cannot list cards", extra={"error": str(exc)})
+                cards = []
+            addresses = hygon_pci_addresses(self.settings.host_root)
+            plan = whole_card_plan({
+                (c.pci or (addresses[c.index] if c.index < len(addresses) else f"card{c.index}")):
+                c.healthy for c in cards
+            })
+        else:
+            cards = self.node.cards()
+            in_use, held = self._held()
+            plan = partition_plan(card_views(cards), in_use, held)
+        for resource in self.resources:
+            plan.setdefault(resource, [])
+        return {r: d for r, d in plan.items() if r in self.resources}
+
+    def _held(self) -> tuple[dict[str, set[str]], dict[str, int]]:
+        """Token ids the kubelet lists as assigned, and partitions our records hold."""
+        in_use: dict[str, set[str]] = {}
+        held: dict[str, int] = {}
+        for record in self.store.load():
+            in_use.setdefault(FAMILY, set()).update(record.device_ids)
+            held[FAMILY] = held.get(FAMILY, 0) + 1
+            resource = profile_resource(record.profile)
+            held[resource] = held.get(resource, 0) + 1
+        try:
+            listed = self.lister.list()
+        except PodResourcesError as exc:
+            log.warning("PodResources List failed; counting held tokens from records only",
+                        extra={"error": str(exc)})
+            listed = []
+        for pod in listed:
+            for container in pod.containers:
+                for resource, ids in container.devices.items():
+                    if resource == FAMILY or resource.startswith(PROFILE_PREFIX):
+                        in_use.setdefault(resource, set()).update(ids)
+        return in_use, held
+
+    def refresh(self) -> None:
+        with self._refresh_lock:
+            try:
+                self.board.publish(self.plan())
+                self._update_live_gauge()
+            except Exception:
+                log.exception("refreshing the device lists failed")
+
+    def _update_live_gauge(self) -> None:
+        if not self.partitioned:
+            self.metrics.live_instances.set_all({})
+            return
+        values: dict[LabelKey, float] = {}
+        for instance in self.node.instances():
+            name = instance.profile.name if instance.profile else "unknown"
+            key = (("profile", name),)
+            values[key] = values.get(key, 0.0) + 1
+        self.metrics.live_instances.set_all(values)
+
+    # threads ---------------------------------------------------------------------------
+    def _thread(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread("grpc", lambda: self.servers.run(self.stop_event))
+        if self.partitioned:
+            self._thread("reclaim", lambda: self.reclaimer.run(
+                self.stop_event, self.settings.resync_seconds))
+            if self.settings.node_name:
+                self._thread("pod-watch", lambda: self.kube.watch_pods(
+                    self.settings.node_name or "", self.reclaimer.wake.set, self.stop_event))
+            else:
+                log.warning("no node name: reclaiming on the periodic resync only")
+
+    def alive(self) -> bool:
+        return all(t.is_alive() for t in self._threads)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.reclaimer.wake.set()
+        for thread in self._threads:
+            thread.join(timeout=5)

@@ -1,0 +1,41 @@
+"""Fixtures for the device-plugin tests: a simulated node with partition mode on, and the
+plugin's runtime wired to it with a fake API server and an in-memory kubelet view."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import simnode
+from plugin_harness import Harness, make_node
+
+
+@pytest.fixture(scope="session")
+def simulator_build() -> Path:
+    return simnode.build()
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A short directory: unix socket paths must stay under 108 bytes."""
+    path = Path(tempfile.mkdtemp(prefix="hdp", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def bw_node(simulator_build: Path, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> simnode.SimNode:
+    node: simnode.SimNode = make_node(tmp_path / "node")
+    monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
+    return node
+
+
+@pytest.fixture
+def harness(bw_node: simnode.SimNode, short_tmp: Path) -> Harness:
+    # State in a short directory: the plugin's unix sockets live under it.
+    return Harness(bw_node, short_tmp)
+

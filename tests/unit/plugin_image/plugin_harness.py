@@ -1,0 +1,138 @@
+"""The plugin's runtime on a simulated node, driven the way the kubelet drives it, without
+gRPC: tests call Allocate and the reclaimer directly and read the counts the kubelet would."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import simnode
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from fake_kube import FakeKube, limits_for
+from hygon_dcu_plugin.advertise import healthy_count
+from hygon_dcu_plugin.allocator import Allocator
+from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2 as pb
+from hygon_dcu_plugin.config import Settings
+from hygon_dcu_plugin.podresources import ListedContainer, ListedPod
+from hygon_dcu_plugin.reclaimer import Reclaimer
+from hygon_dcu_plugin.runtime import Runtime
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
+
+
+def make_node(root: Path, model: str = "c3000-bw", cards: int = 8,
+              mode_on: bool = True) -> simnode.SimNode:
+    node = simnode.init(root, model=model, cards=cards)
+    if mode_on:
+        result = subprocess.run([str(simnode.HY_SMI_PATH), "-mig", "1"], env=node.env(),
+                                capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stdout + result.stderr
+    return node
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (mount namespaces, mknod)")
+
+
+class KubeletView:
+    """The kubelet's pod list as PodResources List returns it (order as inserted)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, dict[str, list[str]]]] = {}
+
+    def list(self) -> list[ListedPod]:
+        return [
+            ListedPod(key.split("/")[0], key.split("/")[1], tuple(
+                ListedContainer(name, {r: tuple(ids) for r, ids in devices.items()})
+                for name, devices in containers.items()))
+            for key, containers in list(self.pods.items())
+        ]
+
+    def held(self, resource: str) -> set[str]:
+        return {i for containers in self.pods.values() for devices in containers.values()
+                for i in devices.get(resource, [])}
+
+
+def settings_for(sim: simnode.SimNode, state: Path, **overrides: object) -> Settings:
+    base = Settings(
+        device_plugin_dir=str(state / "device-plugins"),
+        pod_resources_socket=str(state / "pod-resources" / "kubelet.sock"),
+        host_root=str(sim.root),
+        answer_root=str(sim.root),
+        library_path=str(simnode.LIB_PATH),
+        records_dir=str(state / "records"),
+        lock_dir=str(state / "locks"),
+        grace_seconds=0.0,
+        resync_seconds=0.2,
+        node_name="node-1",
+    )
+    return Settings(**{**base.__dict__, **overrides})
+
+
+class Harness:
+    def __init__(self, sim: simnode.SimNode, state: Path,
+                 checkpoint: Callable[[str], None] | None = None, **settings: object) -> None:
+        self.sim = sim
+        self.state = state
+        self.kube = FakeKube()
+        self.kubelet = KubeletView()
+        self.settings = settings_for(sim, state, **settings)
+        os.makedirs(self.settings.device_plugin_dir, exist_ok=True)
+        self.node = Node(str(sim.root), str(simnode.LIB_PATH))
+        self.runtime = Runtime(self.settings, self.node, self.kube, self.kubelet,
+                               checkpoint=checkpoint)
+
+    @property
+    def allocator(self) -> Allocator:
+        return self.runtime.allocator
+
+    @property
+    def reclaimer(self) -> Reclaimer:
+        return self.runtime.reclaimer
+
+    def counts(self) -> dict[str, int]:
+        return {r: healthy_count(d) for r, d in self.runtime.plan().items()}
+
+    def free_token(self, resource: str = FAMILY) -> str:
+        held = self.kubelet.held(resource)
+        for device in self.runtime.plan().get(resource, []):
+            if device.healthy and device.id not in held:
+                return device.id
+        raise AssertionError(f"kubelet: no free {resource} token")
+
+    def admit(self, name: str, profile: str = "2g.15gb", namespace: str = "default",
+              token: str | None = None) -> pb.ContainerAllocateResponse:
+        """Create the pod, list it with no devices, Allocate, then list the token as held."""
+        self.kube.add_pod(namespace, name, {"main": limits_for(profile)})
+        key = f"{namespace}/{name}"
+        self.kubelet.pods[key] = {"main": {}}
+        token = token or self.free_token()
+        # The kubelet also hands out a token of the profile resource (Allocate on it is empty).
+        profile_resource = PROFILE_PREFIX + profile
+        profile_token = self.free_token(profile_resource)
+        response: pb.ContainerAllocateResponse = self.allocator.allocate(FAMILY, [token])
+        self.kubelet.pods[key]["main"][FAMILY] = [token]
+        self.kubelet.pods[key]["main"][profile_resource] = [profile_token]
+        return response
+
+    def finish(self, name: str, namespace: str = "default", how: str = "delete") -> None:
+        if how == "delete":
+            self.kube.delete_pod(namespace, name)
+            self.kubelet.pods.pop(f"{namespace}/{name}", None)
+        else:
+            self.kube.set_phase(namespace, name, how)
+
+    def live(self) -> list[tuple[str, int, str | None]]:
+        return sorted((i.pci or "", i.placement.start, i.uuid) for i in self.node.instances())
+
+    def spec_file(self, response: pb.ContainerAllocateResponse, path: Path) -> Path:
+        path.write_text(json.dumps({
+            "envs": dict(response.envs),
+            "mounts": [{"container_path": m.container_path, "host_path": m.host_path,
+                        "read_only": m.read_only} for m in response.mounts],
+            "devices": [{"container_path": d.container_path, "host_path": d.host_path,
+                         "permissions": d.permissions} for d in response.devices],
+        }))
+        return path

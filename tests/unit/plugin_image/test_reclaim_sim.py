@@ -1,0 +1,207 @@
+"""Reclaim against the simulated node (issue 7, acceptance 5)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import simnode
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from plugin_harness import Harness
+
+
+def carve(harness: Harness, card: int = 7, profile_id: int = 3, start: int = 0) -> str:
+    """An instance carved behind the plugin's back (an operator, or a crash before the record)."""
+    instance = Node(str(harness.sim.root), str(simnode.LIB_PATH)).create(card, profile_id, start)
+    assert instance.uuid
+    return instance.uuid
+
+
+def test_deleted_pod_is_reclaimed_ci_then_gi(harness: Harness) -> None:
+    harness.admit("a")
+    (instance,) = harness.node.instances()
+    harness.finish("a")
+    report = harness.reclaimer.run_pass()
+    assert report.destroyed == [instance.uuid]
+    assert harness.node.instances() == []
+    assert harness.runtime.store.load().records == []
+    assert [op.split()[0] for op in harness.sim.ops()[-2:]] == ["destroy_ci", "destroy_gi"]
+    assert harness.runtime.metrics.reclaim_actions.value(action="destroyed") == 1
+
+
+def test_succeeded_and_failed_pods_are_reclaimed_running_and_terminating_kept(
+        harness: Harness) -> None:
+    for name in ("ok", "bad", "running", "leaving"):
+        harness.admit(name)
+    harness.finish("ok", how="Succeeded")
+    harness.finish("bad", how="Failed")
+    harness.kube.set_phase("default", "running", "Running")
+    harness.kube.mark_deleting("default", "leaving")  # containers may still run: keep
+    report = harness.reclaimer.run_pass()
+    assert len(report.destroyed) == 2
+    assert sorted(r.pod_name for r in harness.runtime.store.load()) == ["leaving", "running"]
+    assert len(harness.node.instances()) == 2
+
+
+def test_grace_keeps_a_fresh_record_of_a_terminal_pod_but_not_of_a_deleted_one(
+        bw_node: simnode.SimNode, tmp_path: Path) -> None:
+    harness = Harness(bw_node, tmp_path / "state", grace_seconds=3600.0)
+    harness.admit("done")
+    harness.admit("gone")
+    harness.finish("done", how="Failed")
+    harness.finish("gone")
+    report = harness.reclaimer.run_pass()
+    assert len(report.destroyed) == 1
+    assert [r.pod_name for r in harness.runtime.store.load()] == ["done"]
+
+
+def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
+    response = harness.admit("a")
+    (instance,) = harness.node.instances()
+    # The workload: dcu-probe --hold keeps the partition's files open, like a running process.
+    holder = subprocess.Popen(
+        [str(simnode.PROBE_PATH), "--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env={**harness.sim.env(), "DMI_MIG_VISIBLE_DEVICE": response.envs[
+            "DMI_MIG_VISIBLE_DEVICE"], "HYDMI_PROBE_VIEW": str(harness.sim.root)}, text=True)
+    try:
+        assert holder.stdout is not None
+        assert "kind=partition" in holder.stdout.readline()
+        harness.finish("a")
+        first = harness.reclaimer.run_pass()
+        assert first.in_use == [instance.uuid]
+        assert len(harness.node.instances()) == 1
+        assert len(harness.runtime.store.load().records) == 1
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    second = harness.reclaimer.run_pass()
+    assert second.destroyed == [instance.uuid]
+    assert harness.node.instances() == []
+
+
+def test_poison_directories_are_swept(harness: Harness) -> None:
+    poison = harness.sim.ci_dir / "dev0gi3ci0.conf"
+    poison.mkdir()
+    report = harness.reclaimer.run_pass()
+    assert report.swept == ["/etc/dmi_mig_config/ci/dev0gi3ci0.conf"]
+    assert not poison.exists()
+    # The id it blocked can be carved again.
+    harness.admit("a")
+    assert [i.gpu_instance_id for i in harness.node.instances()] == [3]
+
+
+def test_hand_carved_instance_is_collected(harness: Harness) -> None:
+    harness.admit("keep")
+    orphan = carve(harness)
+    report = harness.reclaimer.run_pass()
+    assert report.orphans == [f"0000:cc:00.0 gi3 {orphan}"]
+    assert [r.pod_name for r in harness.runtime.store.load()] == ["keep"]
+    assert len(harness.node.instances()) == 1
+
+
+def test_gpu_instance_without_compute_instance_is_collected(harness: Harness) -> None:
+    def die_after_gi(step: str) -> None:
+        if step == "gpu_instance_created":
+            raise KeyboardInterrupt  # stands for the caller dying between GI and CI
+
+    node = Node(str(harness.sim.root), str(simnode.LIB_PATH))
+    with contextlib.suppress(KeyboardInterrupt):
+        node.create(5, 3, 2, checkpoint=die_after_gi)
+    assert [i.compute_instance_id for i in harness.node.instances()] == [None]
+    report = harness.reclaimer.run_pass()
+    assert len(report.orphans) == 1
+    assert harness.node.instances() == []
+
+
+def test_a_claim_that_appears_mid_sweep_survives(harness: Harness) -> None:
+    orphan = carve(harness, card=0, start=3)
+    claimed: list[str] = []
+
+    def allocate_now(step: str) -> None:
+        # After the reclaimer listed card 0's instances, before it takes the card lock.
+        if step == "orphans_listed" and not claimed:
+            harness.reclaimer.checkpoint = None
+            harness.admit("newcomer")
+            claimed.extend(r.uuid for r in harness.runtime.store.load())
+
+    harness.reclaimer.checkpoint = allocate_now
+    report = harness.reclaimer.run_pass()
+    assert len(claimed) == 1
+    assert report.orphans == [f"0000:09:00.0 gi3 {orphan}"]
+    assert [i.uuid for i in harness.node.instances()] == claimed
+
+
+def test_a_corrupt_record_stops_orphan_collection_and_is_reported(harness: Harness) -> None:
+    orphan = carve(harness)
+    harness.admit("a")
+    bad = Path(harness.settings.records_dir) / "0123.json"
+    bad.write_text("{not json")
+    report = harness.reclaimer.run_pass()
+    assert report.unreadable and report.unreadable[0][0] == str(bad)
+    assert report.orphan_collection.startswith("skipped: unreadable records")
+    assert orphan in {i.uuid for i in harness.node.instances()}
+    assert harness.runtime.metrics.reclaim_actions.value(action="corrupt_record") == 1
+    bad.unlink()
+    assert harness.reclaimer.run_pass().orphans == [f"0000:cc:00.0 gi3 {orphan}"]
+
+
+def test_an_unreadable_record_file_fails_closed(harness: Harness) -> None:
+    if os.geteuid() == 0:
+        # root reads mode-000 files; a directory where a record file should be is unreadable
+        bad = Path(harness.settings.records_dir) / "4567.json"
+        bad.mkdir()
+    else:
+        bad = Path(harness.settings.records_dir) / "4567.json"
+        bad.write_text("{}")
+        bad.chmod(0)
+    orphan = carve(harness)
+    report = harness.reclaimer.run_pass()
+    assert report.unreadable
+    assert orphan in {i.uuid for i in harness.node.instances()}
+
+
+def test_a_uuid_mismatch_is_never_destroyed(harness: Harness) -> None:
+    harness.admit("a")
+    (mine,) = harness.node.instances()
+    # Behind our back: our instance is destroyed and the id handed out again to someone else.
+    harness.node.destroy(mine.card_index, mine.gpu_instance_id)
+    theirs = carve(harness, card=mine.card_index, start=mine.placement.start)
+    harness.finish("a")
+    report = harness.reclaimer.run_pass()
+    assert report.stale == [mine.uuid]
+    assert report.destroyed == []
+    # Not destroyed as "ours"; as nobody's it is an orphan in the same pass.
+    assert report.orphans == [f"0000:09:00.0 gi3 {theirs}"]
+    assert harness.runtime.store.load().records == []
+
+
+def test_a_uuid_mismatch_of_a_live_claim_survives(harness: Harness) -> None:
+    harness.admit("a")
+    (mine,) = harness.node.instances()
+    harness.node.destroy(mine.card_index, mine.gpu_instance_id)
+    harness.admit("b")  # gets the reused id 3 at the same slot, with a fresh uuid
+    (theirs,) = harness.node.instances()
+    assert theirs.gpu_instance_id == mine.gpu_instance_id and theirs.uuid != mine.uuid
+    harness.finish("a")
+    report = harness.reclaimer.run_pass()
+    assert report.stale == [mine.uuid]
+    assert [i.uuid for i in harness.node.instances()] == [theirs.uuid]
+
+
+def test_event_driven_reclaim_within_one_resync(harness: Harness) -> None:
+    harness.admit("a")
+    harness.runtime.start()
+    try:
+        passes = harness.reclaimer.passes
+        harness.finish("a")
+        deadline = time.monotonic() + 30
+        while harness.node.instances() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert harness.node.instances() == []
+        assert harness.reclaimer.passes > passes
+    finally:
+        harness.runtime.stop()

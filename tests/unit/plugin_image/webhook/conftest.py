@@ -1,0 +1,90 @@
+"""Fixtures: a session test CA and the webhook served over real TLS on 127.0.0.1."""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hygon_dcu_plugin.webhook.server import serve
+from webhook_support import (
+    Authority,
+    Rendered,
+    Running,
+    finish_render,
+    make_authority,
+    start_render,
+)
+
+
+@pytest.fixture(scope="session")
+def authority() -> Authority:
+    return make_authority()
+
+
+@pytest.fixture
+def running_webhook(tmp_path: Path, authority: Authority) -> Iterator[Running]:
+    cert_pem, key_pem, _ = authority.issue()
+    cert_path = tmp_path / "tls.crt"
+    key_path = tmp_path / "tls.key"
+    cert_path.write_bytes(cert_pem)
+    key_path.write_bytes(key_pem)
+    server = serve("127.0.0.1", 0, str(cert_path), str(key_path), max_body=64 * 1024)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield Running(server, server.server_address[1], authority.pem, cert_path, key_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+IMAGE = "registry.example/hygon/dcu-plugin:1.0"
+RENDER_SETS: dict[str, dict[str, Any]] = {
+    "defaults": {"hygon_dcu_admission_image": IMAGE},  # + the CA as PEM text, below
+    "custom": {
+        "hygon_dcu_namespace": "gpu-system",
+        "hygon_dcu_admission_name": "dcu-admission",
+        "hygon_dcu_admission_image": IMAGE,
+        "hygon_dcu_admission_image_pull_policy": "Always",
+        "hygon_dcu_admission_image_pull_secrets": ["regcred", "mirror"],
+        "hygon_dcu_admission_replicas": 3,
+        "hygon_dcu_admission_port": 9443,
+        "hygon_dcu_admission_tls_secret": "dcu-admission-cert",
+        "hygon_dcu_admission_resources": {"requests": {"cpu": "100m", "memory": "96Mi"},
+                                          "limits": {"cpu": "1", "memory": "256Mi"}},
+        "hygon_dcu_admission_log_level": "debug",
+        "hygon_dcu_admission_node_selector": {"node-role.kubernetes.io/control-plane": ""},
+        "hygon_dcu_admission_tolerations": [{"key": "node-role.kubernetes.io/control-plane",
+                                             "operator": "Exists", "effect": "NoSchedule"}],
+        "hygon_dcu_admission_priority_class": "system-cluster-critical",
+        "hygon_dcu_admission_timeout_seconds": 10,
+        "hygon_dcu_admission_excluded_namespaces": ["kube-system"],
+    },  # + the CA as base64, below
+    "cert-manager": {
+        "hygon_dcu_admission_image": IMAGE,
+        "hygon_dcu_admission_ca_inject_from": "hygon-dcu-system/hygon-dcu-admission",
+    },
+    "no-ca": {"hygon_dcu_admission_image": IMAGE},
+    "no-image": {},  # + the CA
+}
+
+
+@pytest.fixture(scope="session")
+def renders(tmp_path_factory: pytest.TempPathFactory, authority: Authority) -> dict[str, Rendered]:
+    """Each variable set rendered once by a real ansible-playbook run (all runs in parallel)."""
+    base = tmp_path_factory.mktemp("admission-render")
+    pem = authority.pem.decode()
+    variables = {name: dict(values) for name, values in RENDER_SETS.items()}
+    variables["defaults"]["hygon_dcu_admission_ca_bundle"] = pem
+    variables["no-image"]["hygon_dcu_admission_ca_bundle"] = pem
+    variables["custom"]["hygon_dcu_admission_ca_bundle"] = base64.b64encode(
+        authority.pem).decode()
+    started = {name: start_render(base / name, values) for name, values in variables.items()}
+    return {name: finish_render(base / name, process) for name, process in started.items()}

@@ -1,0 +1,179 @@
+"""The webhook's manifests, rendered by Ansible, against the Kubernetes 1.28-1.37 schemas (strict)
+and against the server they run."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+from hygon_dcu_plugin.webhook.server import VALIDATE_PATH, build_parser
+from webhook_support import Authority, Rendered
+
+VERSIONS = [f"1.{minor}" for minor in range(28, 38)]
+VALID_SETS = ["defaults", "custom", "cert-manager"]
+
+
+@pytest.mark.parametrize("render_set", VALID_SETS)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_schemas_strict(renders: dict[str, Rendered], render_set: str, version: str) -> None:
+    rendered = renders[render_set]
+    assert rendered.returncode == 0, rendered.output
+    assert len(rendered.documents) == 4
+    for name, document in rendered.documents.items():
+        try:
+            used = kubernetes_validate.validate(document, f"{version}.0", strict=True)
+        except kubernetes_validate.ValidationError as error:
+            pytest.fail(f"{render_set}/{name} against {version}: {error.message} at "
+                        f"{list(error.path)}")
+        # validate() falls back to the newest schema not newer than asked: insist on the one.
+        assert used == version, (name, used)
+
+
+def test_strict_validation_catches_unknown_fields(renders: dict[str, Rendered]) -> None:
+    """Guard against a validator that accepts anything."""
+    webhook_config = renders["defaults"].documents["validatingwebhookconfiguration"]
+    typo = {**webhook_config["webhooks"][0], "failurePolcy": "Fail"}
+    broken = {**webhook_config, "webhooks": [typo]}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, "1.28.0", strict=True)
+
+
+def _parts(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    documents = rendered.documents
+    return (documents["deployment"], documents["service"],
+            documents["validatingwebhookconfiguration"])
+
+
+@pytest.mark.parametrize("render_set", VALID_SETS)
+def test_service_and_webhook_reach_the_server(
+    renders: dict[str, Rendered], render_set: str
+) -> None:
+    deployment, service, config = _parts(renders[render_set])
+    pod_spec = deployment["spec"]["template"]["spec"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    container = pod_spec["containers"][0]
+
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    budget = renders[render_set].documents["poddisruptionbudget"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    port = service["spec"]["ports"][0]
+    assert port["targetPort"] == container["ports"][0]["containerPort"]
+
+    # The arguments are the server's own flags and point into the mounted Secret.
+    assert container["command"] == ["hygon-dcu-plugin", "webhook"]
+    options = build_parser().parse_args(container["args"])
+    assert options.port == container["ports"][0]["containerPort"]
+    mount = container["volumeMounts"][0]
+    assert mount["readOnly"] is True
+    assert options.cert_file == mount["mountPath"] + "/tls.crt"
+    assert options.key_file == mount["mountPath"] + "/tls.key"
+    volume = next(v for v in pod_spec["volumes"] if v["name"] == mount["name"])
+    assert volume["secret"]["secretName"]
+
+    client = config["webhooks"][0]["clientConfig"]["service"]
+    assert client == {"namespace": service["metadata"]["namespace"],
+                      "name": service["metadata"]["name"], "path": VALIDATE_PATH,
+                      "port": port["port"]}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "https",
+                                               "scheme": "HTTPS"}
+
+
+@pytest.mark.parametrize("render_set", VALID_SETS)
+def test_pod_is_locked_down(renders: dict[str, Rendered], render_set: str) -> None:
+    deployment, _, _ = _parts(renders[render_set])
+    pod_spec = deployment["spec"]["template"]["spec"]
+    assert pod_spec["securityContext"]["runAsNonRoot"] is True
+    assert pod_spec["securityContext"]["runAsUser"] != 0
+    assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod_spec["automountServiceAccountToken"] is False
+    security = pod_spec["containers"][0]["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+@pytest.mark.parametrize("render_set", VALID_SETS)
+def test_webhook_fails_closed_for_pod_create_only(
+    renders: dict[str, Rendered], render_set: str
+) -> None:
+    deployment, _, config = _parts(renders[render_set])
+    (webhook,) = config["webhooks"]
+    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["sideEffects"] == "None"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert 1 <= webhook["timeoutSeconds"] <= 30
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["pods"],
+                                 "scope": "Namespaced"}]
+    (selector,) = webhook["namespaceSelector"]["matchExpressions"]
+    assert selector["key"] == "kubernetes.io/metadata.name"
+    assert selector["operator"] == "NotIn"
+    assert deployment["metadata"]["namespace"] in selector["values"]
+    (condition,) = webhook["matchConditions"]
+    assert condition["name"] == "requests-hygon-resource"
+
+
+def test_defaults(renders: dict[str, Rendered], authority: Authority) -> None:
+    deployment, service, config = _parts(renders["defaults"])
+    assert deployment["metadata"]["namespace"] == "hygon-dcu-system"
+    assert deployment["metadata"]["name"] == service["metadata"]["name"] == "hygon-dcu-admission"
+    assert deployment["spec"]["replicas"] == 2
+    pod_spec = deployment["spec"]["template"]["spec"]
+    assert "priorityClassName" not in pod_spec
+    assert "imagePullSecrets" not in pod_spec
+    # PEM text is encoded for the caBundle field.
+    ca_bundle = config["webhooks"][0]["clientConfig"]["caBundle"]
+    assert base64.b64decode(ca_bundle).strip() == authority.pem.strip()
+    assert "annotations" not in config["metadata"]
+
+
+def test_custom_values_reach_the_manifests(
+    renders: dict[str, Rendered], authority: Authority
+) -> None:
+    deployment, service, config = _parts(renders["custom"])
+    pod_spec = deployment["spec"]["template"]["spec"]
+    container = pod_spec["containers"][0]
+    assert deployment["metadata"]["namespace"] == "gpu-system"
+    assert service["metadata"]["name"] == "dcu-admission"
+    assert deployment["spec"]["replicas"] == 3
+    assert container["ports"][0]["containerPort"] == 9443
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"]["limits"] == {"cpu": "1", "memory": "256Mi"}
+    assert "--log-level=debug" in container["args"]
+    assert pod_spec["imagePullSecrets"] == [{"name": "regcred"}, {"name": "mirror"}]
+    assert pod_spec["priorityClassName"] == "system-cluster-critical"
+    assert pod_spec["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}
+    assert pod_spec["tolerations"][0]["effect"] == "NoSchedule"
+    assert pod_spec["volumes"][0]["secret"]["secretName"] == "dcu-admission-cert"
+    webhook = config["webhooks"][0]
+    assert webhook["timeoutSeconds"] == 10
+    assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "gpu-system", "kube-system"]
+    # A bundle given as base64 is passed through unchanged.
+    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == authority.pem
+
+
+def test_cert_manager_injection_replaces_the_bundle(renders: dict[str, Rendered]) -> None:
+    _, _, config = _parts(renders["cert-manager"])
+    assert config["metadata"]["annotations"] == {
+        "cert-manager.io/inject-ca-from": "hygon-dcu-system/hygon-dcu-admission"}
+    assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+
+
+@pytest.mark.parametrize(
+    ("render_set", "says"),
+    [("no-ca", "set hygon_dcu_admission_ca_bundle"),
+     ("no-image", "hygon_dcu_admission_image")],
+)
+def test_missing_required_variable_fails_the_render(
+    renders: dict[str, Rendered], render_set: str, says: str
+) -> None:
+    rendered = renders[render_set]
+    assert rendered.returncode != 0
+    assert says in rendered.output

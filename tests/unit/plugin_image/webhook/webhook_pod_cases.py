@@ -1,0 +1,153 @@
+"""Pod specs with the verdict the admission webhook must reach, shared by the rule tests, the
+HTTPS tests and the matchConditions test.
+
+Each case lists the (rule, container) pairs that must be reported, in any order; an empty list
+means the pod is admitted. ``matched`` says whether the ValidatingWebhookConfiguration's
+matchConditions must send the pod to the webhook at all (any hygon.com/ resource in a
+container or init container, requests or limits).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hygon_dcu_plugin.webhook.rules import Rule
+
+FAMILY = "hygon.com/dcu.partitioned"
+P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
+P4G = "hygon.com/dcu.partitioned.mig-4g.31gb"
+WHOLE = "hygon.com/dcu"
+SLICED = "hygon.com/dcu.sliced"
+PARTITION = {FAMILY: "1", P2G: "1"}
+
+
+def container(
+    name: str,
+    limits: dict[str, Any] | None = None,
+    requests: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"name": name, "image": "registry.example/train:1", **extra}
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    if resources:
+        spec["resources"] = resources
+    return spec
+
+
+def pod(
+    *containers: dict[str, Any],
+    init: tuple[dict[str, Any], ...] = (),
+    ephemeral: tuple[dict[str, Any], ...] = (),
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers)}
+    if init:
+        spec["initContainers"] = list(init)
+    if ephemeral:
+        spec["ephemeralContainers"] = list(ephemeral)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+            "spec": spec}
+
+
+def sidecar(name: str, limits: dict[str, Any] | None = None) -> dict[str, Any]:
+    return container(name, limits, restartPolicy="Always")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    pod: dict[str, Any]
+    denied: list[tuple[Rule, str]] = field(default_factory=list)
+    matched: bool = True
+
+    @property
+    def allowed(self) -> bool:
+        return not self.denied
+
+
+CASES: list[Case] = [
+    # --- admitted ---
+    Case("no-resources", pod(container("app")), matched=False),
+    Case("empty-resources", pod({"name": "app", "image": "x", "resources": {}}), matched=False),
+    Case("cpu-memory-only", pod(container("app", {"cpu": "2", "memory": "1Gi"},
+                                          {"cpu": "1"})), matched=False),
+    Case("other-vendor-only", pod(container("app", {"nvidia.com/gpu": "1"})), matched=False),
+    Case("limits-only", pod(container("train", PARTITION))),
+    Case("requests-equal-limits", pod(container("train", PARTITION, dict(PARTITION)))),
+    Case("with-cpu-and-memory", pod(container("train", {**PARTITION, "cpu": "4", "memory": "8Gi"},
+                                              {"cpu": "2", "memory": "8Gi", FAMILY: "1",
+                                               P2G: "1"}))),
+    Case("quantity-1000m-and-1.0", pod(container("train", {FAMILY: "1000m", P2G: "1.0"}))),
+    Case("quantity-exponent-and-json-int", pod(container("train", {FAMILY: "1e0", P2G: 1}))),
+    Case("two-containers-two-profiles", pod(container("a", PARTITION),
+                                            container("b", {FAMILY: "1", P4G: "1"}))),
+    Case("whole-card-only", pod(container("app", {WHOLE: "2"}))),
+    Case("sliced-only", pod(container("app", {SLICED: "1"}))),
+    Case("unrelated-hygon-resource", pod(container("app", {"hygon.com/nic": "1"}))),
+    Case("init-container-without-partition", pod(container("train", PARTITION),
+                                                 init=(container("fetch", {"cpu": "1"}),))),
+    Case("sidecar-without-partition", pod(container("train", PARTITION),
+                                          init=(sidecar("log", {"memory": "64Mi"}),))),
+    Case("ephemeral-without-resources", pod(container("train", PARTITION),
+                                            ephemeral=(container("debug"),))),
+    # --- denied ---
+    Case("family-without-profile", pod(container("train", {FAMILY: "1"})),
+         [(Rule.FAMILY_WITHOUT_PROFILE, "train")]),
+    Case("profile-without-family", pod(container("train", {P2G: "1"})),
+         [(Rule.PROFILE_WITHOUT_FAMILY, "train")]),
+    Case("family-two", pod(container("train", {FAMILY: "2", P2G: "1"})),
+         [(Rule.QUANTITY_NOT_ONE, "train")]),
+    Case("profile-two", pod(container("train", {FAMILY: "1", P2G: "2"})),
+         [(Rule.QUANTITY_NOT_ONE, "train")]),
+    Case("family-zero", pod(container("train", {FAMILY: "0", P2G: "1"})),
+         [(Rule.QUANTITY_NOT_ONE, "train")]),
+    Case("quantity-1Ki", pod(container("train", {FAMILY: "1Ki", P2G: "1"})),
+         [(Rule.QUANTITY_NOT_ONE, "train")]),
+    Case("two-profiles", pod(container("train", {FAMILY: "1", P2G: "1", P4G: "1"})),
+         [(Rule.TWO_PROFILES, "train")]),
+    Case("requests-only", pod(container("train", None, dict(PARTITION))),
+         [(Rule.REQUESTS_WITHOUT_LIMITS, "train"), (Rule.REQUESTS_WITHOUT_LIMITS, "train")]),
+    Case("requests-disagree-with-limits", pod(container("train", PARTITION,
+                                                        {FAMILY: "2", P2G: "1"})),
+         [(Rule.REQUESTS_LIMITS_DISAGREE, "train")]),
+    Case("quantity-500m", pod(container("train", {FAMILY: "500m", P2G: "1"})),
+         [(Rule.QUANTITY_NOT_WHOLE, "train")]),
+    Case("quantity-1.5", pod(container("train", {FAMILY: "1", P2G: "1.5"})),
+         [(Rule.QUANTITY_NOT_WHOLE, "train")]),
+    Case("quantity-garbage", pod(container("train", {FAMILY: "one", P2G: "1"})),
+         [(Rule.QUANTITY_NOT_WHOLE, "train")]),
+    Case("partition-in-sidecar", pod(container("train", PARTITION),
+                                     init=(sidecar("proxy", dict(PARTITION)),)),
+         [(Rule.PARTITION_IN_SIDECAR, "proxy")]),
+    Case("partition-in-init-container", pod(container("train"),
+                                            init=(container("warmup", dict(PARTITION)),)),
+         [(Rule.PARTITION_IN_INIT_CONTAINER, "warmup")]),
+    Case("partition-in-ephemeral-container", pod(container("train", PARTITION),
+                                                 ephemeral=(container("debug", dict(PARTITION)),)),
+         [(Rule.EPHEMERAL_CONTAINER_RESOURCE, "debug")]),
+    Case("whole-card-next-to-partition", pod(container("train", PARTITION),
+                                             container("legacy", {WHOLE: "1"})),
+         [(Rule.MIXED_WITH_PARTITIONS, "legacy")]),
+    Case("sliced-in-partition-container", pod(container("train", {**PARTITION, SLICED: "1"})),
+         [(Rule.MIXED_WITH_PARTITIONS, "train")]),
+    Case("whole-card-in-init-next-to-partition",
+         pod(container("train", PARTITION), init=(container("check", {WHOLE: "1"}),)),
+         [(Rule.MIXED_WITH_PARTITIONS, "check")]),
+    Case("profile-without-mig-prefix", pod(container("train", {FAMILY: "1",
+                                                               FAMILY + ".2g.15gb": "1"})),
+         [(Rule.UNKNOWN_PARTITION_RESOURCE, "train"), (Rule.FAMILY_WITHOUT_PROFILE, "train")]),
+    Case("empty-profile-name", pod(container("train", {FAMILY: "1", FAMILY + ".mig-": "1"})),
+         [(Rule.UNKNOWN_PARTITION_RESOURCE, "train"), (Rule.FAMILY_WITHOUT_PROFILE, "train")]),
+    Case("two-containers-each-wrong", pod(container("a", {FAMILY: "1"}),
+                                          container("b", {P2G: "1"})),
+         [(Rule.FAMILY_WITHOUT_PROFILE, "a"), (Rule.PROFILE_WITHOUT_FAMILY, "b")]),
+    Case("negative-quantity", pod(container("train", {FAMILY: "-1", P2G: "1"})),
+         [(Rule.QUANTITY_NOT_ONE, "train")]),
+    Case("partition-in-requests-of-init-only",
+         pod(container("train"), init=(container("warmup", None, {P2G: "1"}),)),
+         [(Rule.PARTITION_IN_INIT_CONTAINER, "warmup")]),
+]

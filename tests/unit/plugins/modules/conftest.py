@@ -1,0 +1,40 @@
+"""Run a module's main() in-process, the way ansible-core 2.19 feeds it arguments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import pytest
+from ansible.module_utils import basic
+
+ModuleRunner = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture
+def run_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> ModuleRunner:
+    """``run_module(module, args, check_mode=False, diff=False)`` -> the module's result dict.
+
+    ``result["failed"]`` is true when the module called fail_json.
+    """
+
+    def run(
+        module: ModuleType, args: dict[str, Any], check_mode: bool = False, diff: bool = False
+    ) -> dict[str, Any]:
+        payload = dict(args, _ansible_check_mode=check_mode, _ansible_diff=diff)
+        monkeypatch.setattr(
+            basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": payload}).encode()
+        )
+        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+        capsys.readouterr()
+        with pytest.raises(SystemExit):
+            module.main()
+        out = capsys.readouterr().out
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    return run

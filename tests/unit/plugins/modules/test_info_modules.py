@@ -1,0 +1,125 @@
+"""kfd_holders_info and mig_info against simulated nodes."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ansible_collections.hygon.dcu.plugins.module_utils import hydmi
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from ansible_collections.hygon.dcu.plugins.modules import kfd_holders_info, mig_info
+from simnode import SimNode
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    ModuleRunner = Callable[..., dict[str, Any]]
+    HoldFactory = Callable[[Any], Any]
+    SimNodeFactory = Callable[..., SimNode]
+
+
+def test_holders_named_mkfd_ignored(
+    sim_node: SimNode, run_module: ModuleRunner, kfd_holder: HoldFactory
+) -> None:
+    args = {"host_root": str(sim_node.root)}
+    empty = run_module(kfd_holders_info, args)
+    assert empty["holders"] == [] and empty["changed"] is False
+    assert empty["device"] == str(sim_node.kfd)
+    kfd_holder(sim_node.mkfd)
+    first, second = kfd_holder(sim_node.kfd), kfd_holder(sim_node.kfd)
+    found = run_module(kfd_holders_info, args, check_mode=True)
+    assert [(h["pid"], h["fd_count"]) for h in found["holders"]] == [
+        (first.pid, 1),
+        (second.pid, 1),
+    ]
+    assert all("import os, sys" in h["command"] for h in found["holders"])
+    assert set(found["holders"][0]) == {"pid", "command", "fd_count", "pod_uid", "container_id"}
+    excluded = run_module(kfd_holders_info, dict(args, exclude_pids=[first.pid]))
+    assert [h["pid"] for h in excluded["holders"]] == [second.pid]
+
+
+def test_wait_fails_naming_the_remaining_holder(
+    sim_node: SimNode, run_module: ModuleRunner, kfd_holder: HoldFactory
+) -> None:
+    holder = kfd_holder(sim_node.kfd)
+    result = run_module(kfd_holders_info, {"host_root": str(sim_node.root), "wait_timeout": 1})
+    assert result["failed"] is True
+    assert f"pid {holder.pid} (" in result["msg"] and "after 1 s" in result["msg"]
+    assert [h["pid"] for h in result["holders"]] == [holder.pid]
+
+
+def test_wait_returns_once_the_holder_goes(
+    sim_node: SimNode, run_module: ModuleRunner, kfd_holder: HoldFactory
+) -> None:
+    holder = kfd_holder(sim_node.kfd)
+    releaser = threading.Timer(0.5, holder.release)
+    releaser.start()
+    try:
+        result = run_module(
+            kfd_holders_info, {"host_root": str(sim_node.root), "wait_timeout": 60}
+        )
+    finally:
+        releaser.join()
+    assert "failed" not in result and result["holders"] == []
+
+
+def test_mig_info_reports_everything(sim_node: SimNode, run_module: ModuleRunner) -> None:
+    node = Node(str(sim_node.root))
+    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    created = node.create(1, 3, 3)
+    sim_node.ci_conf(0, 7, 0).mkdir()
+    info = run_module(mig_info, {"host_root": str(sim_node.root)}, check_mode=True)["mig_info"]
+    assert info["mode"] == {"current": "enabled", "pending": "enabled", "source": "library",
+                            "error": None}
+    assert info["partitioned"] is True and info["virtualization"] is True
+    assert info["library"]["usable"] is True
+    # In-process the loader may answer by soname once any test loaded it: only the name is stable.
+    assert info["library"]["path"].endswith("libhydmi_mig.so.1")
+    assert [(c["index"], c["pci"], c["cu_count"], c["memory_mib"]) for c in info["cards"]] == [
+        (0, sim_node.pci(0), 80, 65520),
+        (1, sim_node.pci(1), 80, 65520),
+    ]
+    card1 = info["cards"][1]
+    assert card1["occupied_slices"] == [3]
+    assert card1["remaining"] == {"2g.15gb": 3, "4g.31gb": 1, "8g.63gb": 0}
+    assert card1["free_placements"]["4g.31gb"] == ["0:2"]
+    assert [(p["name"], p["cards"]) for p in info["profiles"]] == [
+        ("2g.15gb", [0, 1]),
+        ("4g.31gb", [0, 1]),
+        ("8g.63gb", [0, 1]),
+    ]
+    assert [(i["card"], i["profile"], i["placement"], i["uuid"]) for i in info["instances"]] == [
+        (1, "2g.15gb", "3:1", created.uuid)
+    ]
+    assert [p["path"] for p in info["poison"]] == ["/etc/dmi_mig_config/ci/dev0gi7ci0.conf"]
+    assert info["errors"] == []
+
+
+def test_mig_info_without_virtualization_or_library(
+    sim_node_factory: SimNodeFactory, run_module: ModuleRunner
+) -> None:
+    plain = sim_node_factory(virtualization=False)
+    info = run_module(mig_info, {"host_root": str(plain.root)})["mig_info"]
+    assert info["virtualization"] is False and info["partitioned"] is False
+    assert [c["profiles"] for c in info["cards"]] == [[], []]
+
+    broken = run_module(
+        mig_info, {"host_root": str(plain.root), "library_path": str(plain.root / "x.so")}
+    )["mig_info"]
+    assert broken["partitioned"] is False and broken["library"]["usable"] is False
+    assert "LIBRARY_NOT_FOUND" in broken["library"]["error"]
+    assert broken["mode"]["source"] == "registry" and broken["mode"]["current"] == "disabled"
+    assert broken["cards"] == [] and broken["virtualization"] is None
+
+
+def test_mig_info_unreachable_card_is_a_gap_not_a_failure(
+    sim_node: SimNode, run_module: ModuleRunner
+) -> None:
+    node = Node(str(sim_node.root))
+    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    node.create(0, 0, 0)
+    sim_node.make_unreachable(1)
+    info = run_module(mig_info, {"host_root": str(sim_node.root)})["mig_info"]
+    assert [c["healthy"] for c in info["cards"]] == [True, False]
+    assert len(info["instances"]) == 1
+    assert len(info["errors"]) == 1 and info["errors"][0].startswith("card 1:")

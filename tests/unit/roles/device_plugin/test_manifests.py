@@ -1,0 +1,124 @@
+"""What the role applies: valid for every supported Kubernetes, and the contract's shape."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+
+from .render import RoleRun
+
+# Kubernetes 1.28 is the oldest supported release (architecture.md); 1.37 the newest schema
+# kubernetes-validate ships.
+VERSIONS = [f"1.{minor}" for minor in range(28, 38)]
+
+
+def test_renders_every_object_in_apply_order(default_render: RoleRun) -> None:
+    kinds = [(obj["kind"], obj["metadata"]["name"]) for obj in default_render.objects()]
+    assert kinds == [
+        ("Namespace", "hygon-dcu-system"),
+        ("ServiceAccount", "hygon-dcu-device-plugin"),
+        ("ClusterRole", "hygon-dcu-device-plugin"),
+        ("ClusterRoleBinding", "hygon-dcu-device-plugin"),
+        ("ConfigMap", "hygon-dcu-device-plugin"),
+        ("DaemonSet", "hygon-dcu-device-plugin"),
+        ("Secret", "hygon-dcu-admission-tls"),
+        ("Service", "hygon-dcu-admission"),
+        ("Deployment", "hygon-dcu-admission"),
+        # last: never points at a webhook that is not rolled out yet
+        ("ValidatingWebhookConfiguration", "hygon-dcu-admission"),
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_validates_strictly(default_render: RoleRun, version: str) -> None:
+    objects = default_render.objects()
+    assert objects
+    for obj in objects:
+        # raises ValidationError naming the field on any schema or unknown-field error
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_strict_validation_rejects_an_unknown_field(default_render: RoleRun) -> None:
+    # the validator is really strict with our objects (otherwise the test above proves little)
+    daemonset = default_render.find("DaemonSet")
+    daemonset["spec"]["template"]["spec"]["hostPid"] = False
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemonset, VERSIONS[0], strict=True)
+
+
+def _pod_spec(run: RoleRun) -> dict:
+    return run.find("DaemonSet", "hygon-dcu-device-plugin")["spec"]["template"]["spec"]
+
+
+def test_daemonset_runs_on_hygon_nodes_unless_parked(default_render: RoleRun) -> None:
+    spec = _pod_spec(default_render)
+    assert spec["nodeSelector"] == {"hygon.com/dcu.present": "true"}
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"] == [
+        {
+            "matchExpressions": [
+                {"key": "hygon.com/dcu.device-plugin", "operator": "NotIn", "values": ["parked"]}
+            ]
+        }
+    ]
+    assert spec["hostPID"] is False
+    labels = default_render.find("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "hygon-dcu-device-plugin"
+
+
+def test_daemonset_mounts(default_render: RoleRun) -> None:
+    spec = _pod_spec(default_render)
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    (container,) = spec["containers"]
+    mounts = {
+        mount["mountPath"]: (
+            volumes[mount["name"]].get("hostPath", {}).get("path"),
+            volumes[mount["name"]].get("hostPath", {}).get("type"),
+            mount.get("readOnly", False),
+        )
+        for mount in container["volumeMounts"]
+    }
+    expected = {
+        # directories, never the socket files: a new kubelet deletes and recreates the sockets
+        "/var/lib/kubelet/device-plugins": ("/var/lib/kubelet/device-plugins", "Directory", False),
+        "/var/lib/kubelet/pod-resources": ("/var/lib/kubelet/pod-resources", "Directory", True),
+        "/dev": ("/dev", "Directory", False),
+        "/sys": ("/sys", "Directory", True),
+        # the instance-creating process writes the driver's registry
+        "/etc/dmi_mig_config": ("/etc/dmi_mig_config", "DirectoryOrCreate", False),
+        "/opt/hyhal": ("/opt/hyhal", "Directory", True),
+        "/opt/dtk": ("/opt/dtk", "Directory", True),
+        "/var/lib/hygon-dcu": ("/var/lib/hygon-dcu", "DirectoryOrCreate", False),
+        "/etc/hygon-dcu": (None, None, True),
+        "/tmp": (None, None, False),
+    }
+    assert mounts == expected
+    assert volumes["config"]["configMap"]["name"] == "hygon-dcu-device-plugin"
+
+
+def test_plugin_reads_the_configmap(default_render: RoleRun) -> None:
+    (container,) = _pod_spec(default_render)["containers"]
+    configmap = default_render.find("ConfigMap")
+    (file_name,) = configmap["data"]
+    assert f"--config=/etc/hygon-dcu/{file_name}" in container["args"]
+    assert container["args"][0] == "serve"
+
+
+def test_webhook_uses_the_same_image_and_the_generated_secret(default_render: RoleRun) -> None:
+    (plugin,) = _pod_spec(default_render)["containers"]
+    deployment = default_render.find("Deployment", "hygon-dcu-admission")
+    (webhook,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert webhook["image"] == plugin["image"] == "localhost/hygon-dcu-plugin:0.1.0"
+    secret_volumes = [
+        volume["secret"]["secretName"]
+        for volume in deployment["spec"]["template"]["spec"]["volumes"]
+        if "secret" in volume
+    ]
+    assert secret_volumes == [default_render.find("Secret")["metadata"]["name"]]
+
+
+def test_namespace_admits_the_privileged_plugin(default_render: RoleRun) -> None:
+    labels = default_render.find("Namespace")["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    (container,) = _pod_spec(default_render)["containers"]
+    assert container["securityContext"]["privileged"] is True

@@ -1,0 +1,193 @@
+"""The role's behaviour across runs: idempotence, certificates, options and refusals.
+
+Without a cluster, "the second run changes nothing" is checked on what the role would send:
+the second render must report changed=0 and write byte-identical manifests, with the first
+run's webhook Secret standing in for the cluster's (the role reads it back exactly as it reads
+the cluster's Secret when applying).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+from pathlib import Path
+
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from .render import RoleRun, run_role
+
+SERVICE_DNS = "hygon-dcu-admission.hygon-dcu-system.svc"
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(directory.iterdir())}
+
+
+def _tls(run: RoleRun) -> tuple[x509.Certificate, list[x509.Certificate], bytes]:
+    data = run.find("Secret")["data"]
+    cert = x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"]))
+    cas = x509.load_pem_x509_certificates(base64.b64decode(data["ca.crt"]))
+    return cert, cas, base64.b64decode(data["tls.key"])
+
+
+def _ca_bundle(run: RoleRun) -> bytes:
+    (webhook,) = run.find("ValidatingWebhookConfiguration")["webhooks"]
+    return base64.b64decode(webhook["clientConfig"]["caBundle"])
+
+
+def test_second_run_sends_the_same_objects(default_render: RoleRun) -> None:
+    assert default_render.changed and default_render.changed > 0
+    before = _snapshot(default_render.render_dir)
+
+    second = run_role(default_render.render_dir)
+    assert second.returncode == 0, second.output
+    assert second.changed == 0, second.output
+    assert _snapshot(default_render.render_dir) == before
+
+
+def test_generated_certificate_serves_the_webhook_service(default_render: RoleRun) -> None:
+    cert, cas, key_pem = _tls(default_render)
+    (ca,) = cas
+    cert.verify_directly_issued_by(ca)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert SERVICE_DNS in names.get_values_for_type(x509.DNSName)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert x509.load_pem_x509_certificates(_ca_bundle(default_render)) == [ca]
+
+
+def test_renewal_keeps_trusting_the_previous_ca(render_dir: Path) -> None:
+    # A certificate valid for fewer days than min_days is renewed on the next run.
+    options = {
+        "hygon_dcu_device_plugin_webhook_cert_days": 30,
+        "hygon_dcu_device_plugin_webhook_cert_min_days": 60,
+    }
+    first = run_role(render_dir, **options)
+    assert first.returncode == 0, first.output
+    first_cert, (first_ca,), _ = _tls(first)
+
+    second = run_role(render_dir, **options)
+    assert second.returncode == 0, second.output
+    assert second.changed and second.changed > 0
+    cert, cas, _ = _tls(second)
+    assert cert.serial_number != first_cert.serial_number
+    cert.verify_directly_issued_by(cas[0])
+    # pods may still serve the old certificate for a while: the old CA stays trusted
+    assert cas[1] == first_ca
+    assert x509.load_pem_x509_certificates(_ca_bundle(second)) == cas
+
+
+def _make_certificate() -> tuple[str, str, str]:
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=10))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_DNS)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=10))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVICE_DNS)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    pem = serialization.Encoding.PEM
+    key_pem = key.private_bytes(
+        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(pem).decode(), key_pem.decode(), ca.public_bytes(pem).decode()
+
+
+def test_supplied_certificate_is_used_as_given(render_dir: Path) -> None:
+    cert, key, ca = _make_certificate()
+    run = run_role(
+        render_dir,
+        hygon_dcu_device_plugin_webhook_tls_cert=cert,
+        hygon_dcu_device_plugin_webhook_tls_key=key,
+        hygon_dcu_device_plugin_webhook_tls_ca=ca,
+    )
+    assert run.returncode == 0, run.output
+    data = run.find("Secret")["data"]
+    assert base64.b64decode(data["tls.crt"]).decode() == cert
+    assert base64.b64decode(data["tls.key"]).decode() == key
+    assert _ca_bundle(run).decode().strip() == ca.strip()
+    assert key not in run.output
+
+
+def test_partial_certificate_is_refused(render_dir: Path) -> None:
+    cert, _, _ = _make_certificate()
+    run = run_role(render_dir, hygon_dcu_device_plugin_webhook_tls_cert=cert)
+    assert run.returncode != 0
+    assert "go together: set all three" in run.output
+    assert not render_dir.exists()
+
+
+def test_unknown_state_is_refused_before_any_task(render_dir: Path) -> None:
+    run = run_role(render_dir, hygon_dcu_device_plugin_state="installed")
+    assert run.returncode != 0
+    assert "hygon_dcu_device_plugin_state" in run.output
+    assert "present, absent" in run.output
+    assert not render_dir.exists()
+
+
+def test_options_reach_the_manifests(render_dir: Path, default_render: RoleRun) -> None:
+    run = run_role(
+        render_dir,
+        hygon_dcu_device_plugin_mount_dtk=False,
+        hygon_dcu_device_plugin_host_pid="true",  # string form, as from a survey
+        hygon_dcu_device_plugin_registry_host_path_type="Directory",
+        hygon_dcu_device_plugin_placement_policy="spread",
+        hygon_dcu_device_plugin_priority_class="",
+        hygon_dcu_device_plugin_webhook_enabled=False,
+        hygon_dcu_device_plugin_image="registry.example/hygon/dcu-plugin:1.2.3",
+    )
+    assert run.returncode == 0, run.output
+    kinds = {obj["kind"] for obj in run.objects()}
+    assert kinds.isdisjoint({"Secret", "Deployment", "Service", "ValidatingWebhookConfiguration"})
+    template = run.find("DaemonSet")["spec"]["template"]
+    spec = template["spec"]
+    assert spec["hostPID"] is True
+    assert "priorityClassName" not in spec
+    paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in spec["volumes"] if "hostPath" in v}
+    assert "/opt/dtk" not in paths
+    assert paths["/etc/dmi_mig_config"] == "Directory"
+    assert spec["containers"][0]["image"] == "registry.example/hygon/dcu-plugin:1.2.3"
+    config = yaml.safe_load(next(iter(run.find("ConfigMap")["data"].values())))
+    assert config["placement_policy"] == "spread"
+    # a changed configuration changes the pod template, so the DaemonSet rolls
+    default_template = default_render.find("DaemonSet")["spec"]["template"]
+    assert template["metadata"]["annotations"] != default_template["metadata"]["annotations"]
+
+
+def test_absent_removes_the_webhook_configuration_first(render_dir: Path) -> None:
+    run = run_role(render_dir, hygon_dcu_device_plugin_state="absent")
+    assert run.returncode == 0, run.output
+    removal = yaml.safe_load((render_dir / "removal.yaml").read_text())
+    order = [(item["kind"], item["name"]) for item in removal]
+    assert order[0] == ("ValidatingWebhookConfiguration", "hygon-dcu-admission")
+    assert order[-1] == ("Namespace", "hygon-dcu-system")
+    assert order.index(("Deployment", "hygon-dcu-admission")) < order.index(
+        ("Secret", "hygon-dcu-admission-tls")
+    )
+    assert order.index(("DaemonSet", "hygon-dcu-device-plugin")) < order.index(
+        ("ClusterRole", "hygon-dcu-device-plugin")
+    )
+    assert not (render_dir / "manifests.yaml").exists()

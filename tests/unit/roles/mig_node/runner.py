@@ -1,0 +1,89 @@
+"""Runs the collection's playbooks with ansible-playbook as a subprocess, the way operators do."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import simnode
+
+REPO = Path(__file__).resolve().parents[4]
+ROLE = REPO / "roles" / "mig_node"
+COLLECTIONS = REPO / ".venv" / "collections"
+BIN = Path(sys.executable).parent
+RECAP = re.compile(
+    r"^localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M
+)
+
+
+def ansible_env() -> dict[str, str]:
+    return {
+        **os.environ,
+        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+        "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+@dataclass
+class PlaybookRun:
+    returncode: int
+    output: str
+    changed: int | None
+    failed: int | None
+
+    def failure_messages(self) -> list[str]:
+        """The ``msg`` of every failed task (ansible prints them as JSON after ``=>``)."""
+        messages = []
+        for line in self.output.splitlines():
+            if line.startswith("fatal: [localhost]: FAILED! => "):
+                payload = json.loads(line.split("=> ", 1)[1])
+                messages.append(str(payload.get("msg", "")))
+        return messages
+
+
+def run_playbook(playbook: str, *args: str, extra_vars: dict[str, Any] | None = None,
+                 ) -> PlaybookRun:
+    """``ansible-playbook hygon.dcu.<playbook> -i localhost, -c local ARGS -e EXTRA_VARS``."""
+    argv = [
+        str(BIN / "ansible-playbook"), f"hygon.dcu.{playbook}", "-i", "localhost,", "-c", "local",
+        "-e", f"ansible_python_interpreter={sys.executable}", *args,
+    ]
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO,
+                          check=False)
+    output = proc.stdout + proc.stderr
+    recap = RECAP.search(output)
+    return PlaybookRun(
+        returncode=proc.returncode,
+        output=output,
+        changed=int(recap.group(1)) if recap else None,
+        failed=int(recap.group(2)) if recap else None,
+    )
+
+
+def node_vars(node: simnode.SimNode, **overrides: Any) -> dict[str, Any]:
+    """The role variables that point the role at a simulated node, Kubernetes off."""
+    root = str(node.root)
+    return {
+        "target": "localhost",
+        "hygon_dcu_manage_kubernetes": False,
+        "hygon_dcu_host_root": root,
+        "hygon_dcu_library_path": f"{root}/opt/hyhal/lib/libhydmi_mig.so.1",
+        "hygon_dcu_hy_smi_path": f"{root}/opt/hyhal/bin/hy-smi",
+        "hygon_dcu_environment": {simnode.ROOT_ENV: root},
+        "hygon_dcu_poll_interval": 1,
+        **overrides,
+    }

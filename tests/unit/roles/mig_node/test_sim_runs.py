@@ -1,0 +1,196 @@
+"""The mig_node role run for real (ansible-playbook) against simulated nodes, Kubernetes off.
+
+Each test is one to three playbook runs: check mode, the failure paths of issue 6 (a /dev/kfd
+holder that never leaves, hy-smi refusing, an instance held during disable) and what the
+failure message says about the node afterwards, checked against the simulator's own state.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import simnode
+
+from .runner import REPO, PlaybookRun, node_vars, run_playbook
+
+VENDOR_BUSY = "Error: Set system level mig mode failed. The device is exist and may be in use."
+
+
+def hy_smi(node: simnode.SimNode, *args: str) -> str:
+    """The simulator's hy-smi, used to set a node up without going through the role."""
+    proc = subprocess.run([str(simnode.HY_SMI_PATH), *args], env=node.env(), capture_output=True,
+                          text=True, check=True)
+    return proc.stdout
+
+
+def task_result(run: PlaybookRun, task: str) -> str:
+    """The result line ansible printed for the first task named ``task``."""
+    lines = run.output.splitlines()
+    for index, line in enumerate(lines):
+        if line.startswith("TASK [") and f": {task}]" in line:
+            for result in lines[index + 1:]:
+                if result.startswith(("ok:", "changed:", "skipping:", "fatal:")):
+                    return result
+    raise AssertionError(f"task {task!r} not found in:\n{run.output}")
+
+
+def final_failure(run: PlaybookRun) -> str:
+    messages = run.failure_messages()
+    assert messages, run.output
+    return messages[-1]
+
+
+def test_check_mode_predicts_the_change_and_leaves_the_node_alone(sim_node: simnode.SimNode,
+                                                                   ) -> None:
+    # Every value as a string: that is how AWX survey answers and -e key=value arrive.
+    as_strings = {key: value if isinstance(value, dict) else str(value).lower()
+                  for key, value in node_vars(sim_node, hygon_dcu_holders_timeout=5).items()}
+    assert as_strings["hygon_dcu_manage_kubernetes"] == "false"
+
+    check = run_playbook("enable_mig", "--check", extra_vars=as_strings)
+    assert check.returncode == 0, check.output
+    assert task_result(check, "Switch the partition mode with hy-smi").startswith("changed:")
+    status = sim_node.status()
+    assert status.mode == 0
+    assert sim_node.ops() == []
+    assert not sim_node.registry_dir.exists()
+
+    real = run_playbook("enable_mig", extra_vars=as_strings)
+    assert real.returncode == 0, real.output
+    assert real.changed == check.changed
+    assert sim_node.status().mode == 1
+    assert sim_node.registry_dir.is_dir()
+
+    # The fleet playbook (entry point main, mode from the variable) now has nothing to do.
+    again = run_playbook("converge", "--check",
+                         extra_vars={**as_strings, "hygon_dcu_mig_state": "enabled"})
+    assert again.returncode == 0, again.output
+    assert again.changed == 0
+    assert "partition mode is already enabled; nothing to do" in again.output
+
+
+def test_a_kfd_holder_that_never_leaves_times_out_with_the_node_described(
+        sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]) -> None:
+    holder = kfd_holder(sim_node.kfd)
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, hygon_dcu_holders_timeout=2))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "stage 'wait for /dev/kfd holders' failed" in message
+    assert f"pid {holder.pid}" in message
+    assert "NODE STATE: partition mode disabled" in message
+    assert "was disabled before the run" in message
+    assert "device plugin not managed" in message
+    assert "The mode is consistent" in message
+    assert sim_node.status().mode == 0
+    assert sim_node.ops() == []
+
+
+def test_hy_smi_refusing_leaves_the_mode_and_says_so(sim_node: simnode.SimNode) -> None:
+    # The vendor refusal seen when a holder hides from /proc (e.g. another PID namespace).
+    sim_node.hysmi_output(VENDOR_BUSY, exit_code=1)
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "stage 'switch mode' failed" in message
+    assert "NODE STATE: partition mode disabled" in message
+    assert "The mode is consistent" in message
+    assert sim_node.status().mode == 0
+
+
+def test_a_switch_that_reports_an_error_but_happened_is_described_as_happened(
+        sim_node: simnode.SimNode) -> None:
+    sim_node.hysmi_output("Error: unexpected driver answer", exit_code=1, apply=True)
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert sim_node.status().mode == 1
+    assert "stage 'switch mode' failed" in message
+    assert "NODE STATE: partition mode enabled" in message
+    assert "was disabled before the run" in message
+
+
+def test_an_instance_held_during_disable_is_reported_and_kept(
+        sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]) -> None:
+    hy_smi(sim_node, "-mig", "1")
+    hy_smi(sim_node, "mig", "-cgi", "2g.15gb", "-C", "-i", "0")
+    (instance,) = sim_node.status().compute_instances
+    # A workload uses its partition through the conf file (the simulator's IN_USE rule).
+    kfd_holder(sim_node.ci_conf(instance.card, instance.gpu_instance_id))
+
+    run = run_playbook("disable_mig",
+                       extra_vars=node_vars(sim_node, hygon_dcu_instances_timeout=2))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "stage 'destroy instances' failed" in message
+    assert "NODE STATE: partition mode enabled" in message
+    assert "1 instance(s) remain" in message
+    assert instance.uuid in message
+    assert sim_node.status().mode == 1
+    assert [ci.uuid for ci in sim_node.status().compute_instances] == [instance.uuid]
+
+
+def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
+        sim_node: simnode.SimNode) -> None:
+    hy_smi(sim_node, "-mig", "1")
+    # What a container runtime leaves when asked to bind a conf file that does not exist.
+    poison = sim_node.ci_dir / "dev0gi4ci0.conf"
+    poison.mkdir(parents=True)
+
+    run = run_playbook("reboot_recovery",
+                       extra_vars=node_vars(sim_node, hygon_dcu_mig_state="disabled"))
+
+    assert run.returncode != 0
+    assert not poison.exists()
+    message = final_failure(run)
+    assert "partition mode is enabled but the inventory wants disabled" in message
+    assert "Nothing was switched" in message
+    assert sim_node.status().mode == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"hygon_dcu_poll_interval": "0"}, "hygon_dcu_poll_interval must be at least 1"),
+        ({"hygon_dcu_full_drain": "maybe"}, "hygon_dcu_full_drain"),
+    ],
+)
+def test_bad_survey_answers_are_refused_before_anything_happens(
+        sim_node: simnode.SimNode, overrides: dict[str, str], expected: str) -> None:
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, **overrides))
+
+    assert run.returncode != 0
+    assert expected in run.output
+    assert sim_node.status().mode == 0
+
+
+def test_a_missing_target_is_refused_with_the_fix(sim_node: simnode.SimNode) -> None:
+    variables = node_vars(sim_node)
+    del variables["target"]
+
+    run = run_playbook("enable_mig", extra_vars=variables)
+
+    assert run.returncode != 0
+    assert "-e target=HOST_OR_GROUP" in final_failure(run)
+    assert sim_node.status().mode == 0
+
+
+def test_nothing_waits_for_a_person() -> None:
+    # No prompts, no untimed pauses: AWX runs these unattended.
+    files = [REPO / "playbooks" / f"{name}.yml"
+             for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge")]
+    files += sorted((REPO / "roles" / "mig_node").rglob("*.yml"))
+    for path in files:
+        text = path.read_text()
+        assert "vars_prompt" not in text, path
+        assert "pause" not in text, path
