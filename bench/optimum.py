@@ -17,8 +17,10 @@ bound for large ones, and a repacking reference.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -37,18 +39,28 @@ class SearchTooLarge(Exception):
 
 def exact(card: CardModel, cards: int, requests: Sequence[Request], forced: bool = True,
           max_states: int = 2_000_000) -> int:
-    """Most requests any clairvoyant placement can accept on this stream."""
+    """Most requests any clairvoyant placement can accept on this stream.
+
+    Memoised search over node states. Cards are interchangeable, and so are layouts that a
+    symmetry of the placement table maps onto each other (for BW: swapping the halves of
+    the card or the slices of a pair), so each state is stored once in canonical form.
+    """
     ordered = sorted(requests, key=lambda r: (r.arrive, r.id))
     departs = sorted({r.depart for r in ordered})
     rank = {t: i for i, t in enumerate(departs)}
+    symmetries = _symmetries(card)
     memo: dict[tuple[int, tuple[CardState, ...]], int] = {}
+
+    def canonical(live: CardState) -> CardState:
+        return min((_mapped(live, s) for s in symmetries), key=sorted)
 
     def best(k: int, state: tuple[CardState, ...]) -> int:
         if k == len(ordered):
             return 0
         request = ordered[k]
-        gone = rank_at(request.arrive)
-        state = tuple(sorted(frozenset(i for i in live if i[2] >= gone) for live in state))
+        gone = bisect.bisect_right(departs, request.arrive)
+        state = tuple(sorted(
+            (canonical(frozenset(i for i in live if i[2] >= gone)) for live in state), key=sorted))
         key = (k, state)
         if key in memo:
             return memo[key]
@@ -64,26 +76,40 @@ def exact(card: CardModel, cards: int, requests: Sequence[Request], forced: bool
             occupied = occupied_by((s, n) for s, n, _ in live)
             for p in free_placements(profile, occupied):
                 placed = live | {(p.start, p.size, rank[request.depart])}
-                nxt = state[:index] + (placed,) + state[index + 1:]
+                nxt = (*state[:index], placed, *state[index + 1:])
                 value = max(value, 1 + best(k + 1, nxt))
         if value < 0 or not forced:
             value = max(value, best(k + 1, state))
         memo[key] = value
         return value
 
-    def rank_at(time: float) -> int:
-        """Departure ranks strictly before this index have left by `time`."""
-        lo, hi = 0, len(departs)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if departs[mid] <= time:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
-
     empty: CardState = frozenset()
     return best(0, tuple(empty for _ in range(cards)))
+
+
+@functools.cache
+def _symmetries(card: CardModel) -> tuple[tuple[int, ...], ...]:
+    """Permutations of a card's slices that map every profile's legal placements onto
+    themselves (found by brute force; cards have few slices). Identity only beyond 8."""
+    n = card.slice_count
+    if n > 8:
+        return (tuple(range(n)),)
+    tables = [frozenset(frozenset(range(q.start, q.start + q.size)) for q in p.placements)
+              for p in card.profiles]
+    found = []
+    for perm in itertools.permutations(range(n)):
+        if all(frozenset(frozenset(perm[i] for i in block) for block in table) == table
+               for table in tables):
+            found.append(perm)
+    return tuple(found)
+
+
+def _mapped(live: CardState, perm: tuple[int, ...]) -> CardState:
+    out = set()
+    for start, size, leaves in live:
+        moved = [perm[i] for i in range(start, start + size)]
+        out.add((min(moved), size, leaves))
+    return frozenset(out)
 
 
 def lp_bound(card: CardModel, cards: int, requests: Sequence[Request]) -> int:

@@ -33,7 +33,9 @@ class Outcome:
 
     @property
     def stranded_share(self) -> float:
-        return self.stranded_slice_time / self.offered_slice_time if self.offered_slice_time else 0.0
+        if not self.offered_slice_time:
+            return 0.0
+        return self.stranded_slice_time / self.offered_slice_time
 
 
 def card_views(card: CardModel, spans: Sequence[dict[int, tuple[int, int]]]) -> list[CardView]:

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from hygon_dcu_plugin.placement import ProfileLike
 
 REPO = Path(__file__).resolve().parent.parent
@@ -96,8 +97,6 @@ def discover(model: str) -> CardModel:
     """The card table of a simulated model, read through the node layer on an 8-card node.
 
     Every card of the node must report the same table (one model per node)."""
-    from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
-
     with simulated_node(model, 8) as root:
         node = Node(host_root=root, library_path=str(LIBRARY))
         cards = node.cards()

@@ -10,6 +10,7 @@
 #   --save   also write the image as an OCI archive for `ctr -n k8s.io images import`
 #            (docs/image.md).
 #
+# PIP_INDEX_URL, when set, is passed to the build (a site's PyPI mirror).
 # The build context is a staged copy of exactly what the Containerfile copies from the
 # repository (plugin_image/{pyproject.toml,src} and plugins/module_utils), so stray caches and
 # the repository's .venv never reach the build. podman is used when present, else buildah.
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
         --tag) tag="$2"; shift 2 ;;
         --base) base="$2"; shift 2 ;;
         --save) save="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -eu$/{/^set -eu$/d;p}' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -70,6 +71,9 @@ set --
 if [ -s "$ca_bundle" ]; then
     set -- --secret "id=host-ca,src=$ca_bundle"
 fi
+if [ -n "${PIP_INDEX_URL:-}" ]; then
+    set -- "$@" --build-arg "PIP_INDEX_URL=$PIP_INDEX_URL"
+fi
 
 echo "building $tag from $base with $builder" >&2
 "$builder" build \
@@ -98,6 +102,7 @@ run_in_image() {
     fi
 }
 echo "Debian packages in $tag:"
+# shellcheck disable=SC2016  # dpkg-query's own format fields, not shell variables
 run_in_image dpkg-query -W -f '  ${Package} ${Version}\n'
 echo "Python distributions in $tag:"
 run_in_image python3 -c '

@@ -33,7 +33,10 @@ class Holder:
     container_id: str | None
 
     def describe(self) -> str:
-        text = f"pid {self.pid} ({self.command})"
+        command = " ".join(self.command.split())
+        if len(command) > 160:
+            command = command[:157] + "..."
+        text = f"pid {self.pid} ({command})"
         if self.pod_uid:
             text += f" in pod {self.pod_uid}"
         return text
@@ -115,14 +118,19 @@ def _same_file(directory_fd: int, name: str, target: _Target) -> bool:
     return target.identity == (info.st_dev, info.st_ino)
 
 
-def _count_matching_fds(fd_dir: str, target: _Target) -> int:
+def _count_matching_fds(fd_dir: str, target: _Target) -> int | None:
+    """Matching fds of one process; None when its fds cannot be read (EACCES: not root)."""
     try:
         directory_fd = os.open(fd_dir, os.O_RDONLY | os.O_DIRECTORY)
+    except PermissionError:
+        return None
     except OSError:
-        return 0  # the process exited, or its fds are not ours to read
+        return 0  # the process exited
     try:
         try:
             names = os.listdir(directory_fd)
+        except PermissionError:
+            return None
         except OSError:
             return 0
         count = 0
@@ -141,12 +149,19 @@ def _count_matching_fds(fd_dir: str, target: _Target) -> int:
         os.close(directory_fd)
 
 
-def find_holders(
+@dataclass(frozen=True)
+class HolderScan:
+    holders: list[Holder]
+    unreadable_pids: list[int]  # processes whose fds could not be read (run as root)
+
+
+def scan_holders(
     device: str = "/dev/kfd",
     proc_root: str = "/proc",
     exclude_pids: Iterable[int] = (),
-) -> list[Holder]:
-    """Every process with an open fd on ``device``, sorted by pid.
+) -> HolderScan:
+    """Every process with an open fd on ``device``, sorted by pid, plus the pids it could not
+    inspect.
 
     ``device`` is the path as this process sees it (for a simulated node: host-root-prefixed).
     An fd matches when its link text is that path, or when it names a file of the same name
@@ -157,14 +172,18 @@ def find_holders(
     target = _target(device)
     excluded = {int(pid) for pid in exclude_pids}
     holders: list[Holder] = []
+    unreadable: list[int] = []
     try:
         pids = [name for name in os.listdir(proc_root) if name.isdigit()]
     except OSError:
-        return holders
+        return HolderScan(holders, unreadable)
     for pid in pids:
         if int(pid) in excluded:
             continue
         count = _count_matching_fds(f"{proc_root}/{pid}/fd", target)
+        if count is None:
+            unreadable.append(int(pid))
+            continue
         if count == 0:
             continue
         command = _command(proc_root, pid)
@@ -172,4 +191,14 @@ def find_holders(
         pod_uid, container_id = pod_identity(cgroup)
         holders.append(Holder(int(pid), command, count, pod_uid, container_id))
     holders.sort(key=lambda holder: holder.pid)
-    return holders
+    unreadable.sort()
+    return HolderScan(holders, unreadable)
+
+
+def find_holders(
+    device: str = "/dev/kfd",
+    proc_root: str = "/proc",
+    exclude_pids: Iterable[int] = (),
+) -> list[Holder]:
+    """The holders found by scan_holders (see there)."""
+    return scan_holders(device, proc_root, exclude_pids).holders

@@ -533,4 +533,3 @@ def profile_name(raw: bytes | str) -> str:
 
 def text_field(raw: bytes) -> str:
     return _text(raw)
-

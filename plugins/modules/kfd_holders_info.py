@@ -20,7 +20,9 @@ description:
   - Holders of C(/dev/mkfd) (the vendor daemon C(hymgr) holds it permanently) are not holders
     of C(/dev/kfd) and never listed for it.
 author:
-  - hygon.dcu contributors
+  - hygon.dcu maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   device:
     description:
@@ -46,6 +48,8 @@ options:
     elements: int
     default: []
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -99,6 +103,13 @@ device:
   returned: always
   type: str
   sample: /dev/kfd
+unreadable_pids:
+  description: Processes whose open files could not be read (the module was not run as
+    root); any of them may be a holder.
+  returned: always
+  type: list
+  elements: int
+  sample: []
 waited:
   description: Seconds spent waiting for holders to go.
   returned: always
@@ -110,7 +121,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ..module_utils.facts import holder_facts
-from ..module_utils.holders import Holder, find_holders
+from ..module_utils.holders import Holder, HolderScan, scan_holders
 from ..module_utils.hostpath import host_path
 
 POLL_SECONDS = 1.0
@@ -138,16 +149,23 @@ def main() -> None:
     device = host_path(params["host_root"], params["device"])
     started = time.monotonic()
     deadline = started + params["wait_timeout"]
-    holders = find_holders(device, exclude_pids=params["exclude_pids"])
-    while holders and time.monotonic() < deadline:
+    scan: HolderScan = scan_holders(device, exclude_pids=params["exclude_pids"])
+    while scan.holders and time.monotonic() < deadline:
         time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
-        holders = find_holders(device, exclude_pids=params["exclude_pids"])
+        scan = scan_holders(device, exclude_pids=params["exclude_pids"])
+    holders = scan.holders
     result = {
         "changed": False,
         "device": device,
         "holders": [holder_facts(h) for h in holders],
+        "unreadable_pids": scan.unreadable_pids,
         "waited": round(time.monotonic() - started, 3),
     }
+    if scan.unreadable_pids:
+        module.warn(
+            f"the open files of {len(scan.unreadable_pids)} process(es) could not be read, so "
+            "holders may be missing from the list; run the module as root (become: true)"
+        )
     if holders and params["wait_timeout"] > 0:
         module.fail_json(
             msg=(

@@ -22,7 +22,9 @@ description:
     the node is reported as not partitioned and the mode falls back to the presence of the
     registry's C(dev<N>) files.
 author:
-  - hygon.dcu contributors
+  - hygon.dcu maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   host_root:
     description:
@@ -37,6 +39,8 @@ options:
         C(/opt/dtk/lib/) under O(host_root).
     type: path
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:

@@ -20,7 +20,9 @@ description:
     directories are removed (C(rmdir)); a non-empty one is reported and left alone.
   - A GPU instance left without its compute instance (an interrupted create) is removed too.
 author:
-  - hygon.dcu contributors
+  - hygon.dcu maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   state:
     description:
@@ -55,6 +57,8 @@ options:
       - Explicit path of C(libhydmi_mig.so.1); see M(hygon.dcu.mig_info) for the search order.
     type: path
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     details: Check mode lists what would be destroyed and swept; it cannot know whether an

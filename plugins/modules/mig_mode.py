@@ -21,7 +21,9 @@ description:
   - Never passes C(-i). The mode is node-wide and the vendor tool rejects a device selector.
   - A running device plugin does not notice a mode change; restart it after every change.
 author:
-  - hygon.dcu contributors
+  - hygon.dcu maintainers (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   state:
     description:
@@ -44,6 +46,8 @@ options:
       - Path of the vendor's C(hy-smi). By default C(hy-smi) is looked up on C(PATH).
     type: path
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
     details: Check mode runs the same checks (holders, instances, C(hy-smi) present) and fails
@@ -99,7 +103,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ..module_utils.facts import describe_instance, mode_name
-from ..module_utils.holders import find_holders
+from ..module_utils.holders import scan_holders
 from ..module_utils.hostpath import host_path
 from ..module_utils.hydmi import HydmiError
 from ..module_utils.node import Node
@@ -184,7 +188,14 @@ def make_plan(module: AnsibleModule, node: Node) -> Plan:
     if not plan.change:
         return plan
     kfd = host_path(params["host_root"], KFD)
-    holders = find_holders(kfd)
+    scan = scan_holders(kfd)
+    holders = scan.holders
+    if scan.unreadable_pids and not holders:
+        plan.refusal = (
+            f"the open files of {len(scan.unreadable_pids)} process(es) could not be read, so "
+            f"whether anything holds {kfd} is unknown; run the module as root (become: true)"
+        )
+        return plan
     if holders:
         names = "; ".join(holder.describe() for holder in holders)
         plan.refusal = (
@@ -240,7 +251,7 @@ def main() -> None:
         "diff": {"before": {"mode": plan.previous}, "after": {"mode": plan.wanted}},
     }
     if plan.refusal:
-        result["mode"] = plan.previous
+        result.update(changed=False, mode=plan.previous)
         module.fail_json(msg=plan.refusal, **result)
     if not plan.change or module.check_mode:
         module.exit_json(**result)
@@ -252,6 +263,8 @@ def main() -> None:
     after = node.mode()
     result["mode"] = mode_name(after.current) or "unknown"
     result["mode_source"] = after.source
+    result["changed"] = result["mode"] != plan.previous
+    result["diff"]["after"] = {"mode": result["mode"]}
     if error:
         module.fail_json(msg=error, **result)
     if result["mode"] != plan.wanted:
@@ -263,7 +276,20 @@ def main() -> None:
             ),
             **result,
         )
+    if plan.wanted == "enabled" and not any_profiles(node):
+        module.warn(
+            "the mode is on but no card reports any profile: the driver was probably installed "
+            "without virtualization support, so no partition can be created. Reinstall the "
+            "driver with virtualization support."
+        )
     module.exit_json(**result)
+
+
+def any_profiles(node: Node) -> bool:
+    try:
+        return any(card.profiles for card in node.cards())
+    except HydmiError:
+        return True  # unknown: the mode read above already came from wherever it could
 
 
 if __name__ == "__main__":

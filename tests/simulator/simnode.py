@@ -458,7 +458,21 @@ def _parser() -> argparse.ArgumentParser:
     k_hysmi.add_argument("--apply", action="store_true",
                          help="still perform the switch behind the odd output")
     kinds.add_parser("clear", help="remove every injected fault")
+    p_hold = sub.add_parser("hold", help="hold PATH open until stdin closes or a signal")
+    p_hold.add_argument("path")
     return parser
+
+
+def hold(path: str) -> int:
+    """Hold ``path`` open (a real holder for /proc scans) until stdin closes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        print(f"holding {path} pid {os.getpid()}", flush=True)
+        while sys.stdin.buffer.read(4096):
+            pass
+    finally:
+        os.close(fd)
+    return 0
 
 
 def _print_status(status: Status) -> None:
@@ -487,6 +501,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"initialised {node.root} ({node.model.name}, {node.cards} cards)")
         elif args.command == "reboot":
             open_node(args.root).reboot()
+        elif args.command == "hold":
+            return hold(args.path)
         elif args.command == "status":
             _print_status(open_node(args.root).status())
         elif args.command == "fault":

@@ -2,6 +2,8 @@
 # repository, the collection made importable by its real name. Sourced, not run.
 # shellcheck shell=bash
 
+# The caller sets repo to the repository root before sourcing.
+: "${repo:?set repo to the repository root before sourcing bootstrap.sh}"
 cd "$repo" || exit 1
 venv="$repo/.venv"
 py="$venv/bin/python"

@@ -1,4 +1,4 @@
-"""Check what the built collection tarball ships: the product, and nothing left by a build or a venv."""
+"""Check what the built collection tarball ships: the product, nothing a build or venv left."""
 
 from __future__ import annotations
 

@@ -40,15 +40,14 @@ playbook enable_mig
 
 log "3/5 mode on, nothing carved: a workload sees no device"
 "$sim/build/hy-smi" mig -lgi || true
-HYDMI_PROBE_DEV="$node/dev" HYDMI_PROBE_REGISTRY="$node/etc/dmi_mig_config" \
-  "$sim/build/dcu-probe" || true
+# The probe looks at its own filesystem view; HYDMI_PROBE_VIEW shows it the simulated host's.
+HYDMI_PROBE_VIEW="$node" "$sim/build/dcu-probe" || true
 
 log "4/5 carve one 2g.15gb partition on card 0 and give it to a workload"
 "$sim/build/hy-smi" mig -cgi 2g.15gb -C -i 0
 conf=$(find "$node/etc/dmi_mig_config/ci" -name '*.conf' | head -n 1)
 uuid=$(sed -n 's/^mig_uuid: *//p' "$conf")
-DMI_MIG_VISIBLE_DEVICE="MIG-$uuid" HYDMI_PROBE_DEV="$node/dev" \
-  HYDMI_PROBE_REGISTRY="$node/etc/dmi_mig_config" "$sim/build/dcu-probe"
+DMI_MIG_VISIBLE_DEVICE="MIG-$uuid" HYDMI_PROBE_VIEW="$node" "$sim/build/dcu-probe"
 
 log "5/5 disable: instances torn down in the forced order, then mode off"
 playbook disable_mig

@@ -57,7 +57,7 @@ sync_workspace() {
   rm -rf "$workspace"
   mkdir -p "$workspace"
   git ls-files -z --cached --others --exclude-standard \
-    | rsync -a --from0 --files-from=- ./ "$workspace/" || return 1
+    | rsync -a --from0 --ignore-missing-args --files-from=- ./ "$workspace/" || return 1
   (cd "$workspace" && git init -q . && git add -A && \
     git -c user.name=ci -c user.email=ci@localhost commit -q -m workspace) || return 1
   make -s -C "$workspace/tests/simulator" >/dev/null

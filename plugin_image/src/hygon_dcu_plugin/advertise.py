@@ -61,8 +61,17 @@ def free_capacity(cards: Sequence[CardView]) -> dict[str, int]:
 def token_devices(
     resource: str, pool_size: int, in_use: Collection[str], free: int
 ) -> list[Device]:
-    """The resource's pool with held tokens and `free` more tokens Healthy."""
-    pool = [token_id(resource, n) for n in range(pool_size)]
+    """The resource's pool with held tokens and `free` more tokens Healthy.
+
+    The pool grows past what an empty node could give when held tokens no longer stand for
+    live partitions (after a reboot, until their pods go), so `free` is always advertised.
+    """
+    size = pool_size
+    held_in_pool = sum(1 for n in range(size) if token_id(resource, n) in in_use)
+    while size - held_in_pool < free:
+        held_in_pool += token_id(resource, size) in in_use
+        size += 1
+    pool = [token_id(resource, n) for n in range(size)]
     devices: list[Device] = []
     budget = free
     for token in pool:

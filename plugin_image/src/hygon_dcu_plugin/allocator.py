@@ -15,12 +15,13 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
+from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Instance, Node
 
 from .advertise import free_capacity
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .identify import Target, identify
-from .kube import KubeApi, Pod
+from .kube import KubeApi, KubeApiError, Pod
 from .locks import Locks
 from .metrics import Metrics
 from .placement import PACK, CardView, choose
@@ -42,11 +43,17 @@ Checkpoint = Callable[[str], None]
 
 
 def card_views(cards: Sequence[Card]) -> list[CardView]:
-    """Healthy, addressable cards as the placement policy sees them."""
+    """Healthy cards as the placement policy sees them.
+
+    After a reboot the registry (and with it dev<N>, the only index -> PCI map) is gone until
+    the driver recreates it on the next create, so a card may have no address yet. It is
+    still offered, keyed by index; such a card has no instance, so nothing else (the
+    reclaimer works on addressed cards only) needs its lock meanwhile.
+    """
     return [
-        CardView(c.index, c.pci, c.slice_count, c.profiles, c.occupied)
+        CardView(c.index, c.pci or f"index-{c.index}", c.slice_count, c.profiles, c.occupied)
         for c in cards
-        if c.healthy and c.pci
+        if c.healthy
     ]
 
 
@@ -68,6 +75,7 @@ class Allocator:
         metrics: Metrics,
         host_root: str = "/",
         answer_root: str = "/",
+        node_name: str | None = None,
         policy: str = PACK,
         on_change: Callable[[], None] = lambda: None,
         checkpoint: Checkpoint | None = None,
@@ -80,6 +88,7 @@ class Allocator:
         self.metrics = metrics
         self.host_root = host_root
         self.answer_root = answer_root
+        self.node_name = node_name
         self.policy = policy
         self.on_change = on_change
         self.checkpoint = checkpoint
@@ -135,9 +144,19 @@ class Allocator:
                 f"cannot ask the kubelet which container is being admitted: {exc}",
             ) from exc
         cache: dict[tuple[str, str], Pod | None] = {}
+        if self.node_name:
+            # One list instead of a get per listed pod (List shows every pod on the node).
+            try:
+                pods = self.kube.list_node_pods(self.node_name)
+            except KubeApiError as exc:
+                log.warning("listing this node's pods failed; asking pod by pod",
+                            extra={"error": str(exc)})
+                pods = []
+            cache.update({(p.namespace, p.name): p for p in pods})
 
         def lookup(namespace: str, name: str) -> Pod | None:
             if (namespace, name) not in cache:
+                # Not in the list (or no list): ask for it alone; None = confirmed gone.
                 cache[(namespace, name)] = self.kube.get_pod(namespace, name)
             return cache[(namespace, name)]
 
@@ -174,9 +193,12 @@ class Allocator:
             try:
                 if instance.uuid is None or instance.conf_path is None:
                     raise RuntimeError(f"created instance has no uuid/conf file: {instance}")
+                if not instance.pci:
+                    raise RuntimeError(f"the registry names no PCI address for card "
+                                       f"{instance.card_index} after the create")
                 record = Record(
                     uuid=instance.uuid,
-                    card_pci=choice.card.pci,
+                    card_pci=instance.pci,
                     card_index=choice.card.index,
                     gpu_instance_id=instance.gpu_instance_id,
                     compute_instance_id=instance.compute_instance_id or 0,
@@ -236,8 +258,17 @@ class Allocator:
                       device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
         """Same partition again: a retried call, or an app container given the device id of
         an init container of the same pod. Never resolved to a different instance."""
-        live = [i for i in self.node.instances() if i.pci == record.card_pci
-                and i.gpu_instance_id == record.gpu_instance_id and i.uuid == record.uuid]
+        index = next((c.index for c in self.node.cards() if c.pci == record.card_pci), None)
+        try:
+            on_card = [] if index is None else self.node.instances(index)
+        except HydmiError as exc:
+            raise RequestRefused(
+                "card_unhealthy",
+                f"the card {record.card_pci} holding this container's partition fails queries "
+                f"({exc}); delete the pod so it is scheduled again",
+            ) from exc
+        live = [i for i in on_card if i.gpu_instance_id == record.gpu_instance_id
+                and i.uuid == record.uuid]
         if not live:
             raise RequestRefused(
                 "stale_record",

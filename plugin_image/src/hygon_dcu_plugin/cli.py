@@ -46,11 +46,18 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"hygon-dcu-plugin: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level)
+    try:
+        kube = KubernetesApi(settings.kubeconfig)
+    except Exception as exc:
+        where = settings.kubeconfig or "the in-cluster service account"
+        print(f"hygon-dcu-plugin: cannot set up Kubernetes API access from {where}: {exc}; "
+              "run it in a pod with a service account or pass --kubeconfig", file=sys.stderr)
+        return 2
     kill_step = os.environ.get(KILL_AT_ENV)
     runtime = Runtime(
         settings,
         Node(settings.host_root, settings.library_path),
-        KubernetesApi(settings.kubeconfig),
+        kube,
         PodResourcesClient(settings.pod_resources_socket),
         checkpoint=kill_at(kill_step) if kill_step else None,
     )

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 API_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("", "pods", "get"),     # get_pod: identify the container, confirm a pod is gone
     ("", "pods", "patch"),   # annotate_pod: record the partition on the pod
-    ("", "pods", "list"),    # watch_pods: the initial list of a watch
+    ("", "pods", "list"),    # list_node_pods, and the list behind watch_pods
     ("", "pods", "watch"),   # watch_pods: wake the reclaimer when a pod on this node changes
 )
 
@@ -64,6 +64,9 @@ class KubeApiError(Exception):
 class KubeApi(Protocol):
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod, or None when the API server confirms it does not exist."""
+
+    def list_node_pods(self, node_name: str) -> list[Pod]:
+        """Every pod bound to node_name (one call instead of one get per listed pod)."""
 
     def annotate_pod(
         self, namespace: str, name: str, uid: str, annotations: dict[str, str]
@@ -125,6 +128,18 @@ class KubernetesApi:
         except Exception as exc:
             raise KubeApiError(f"get pod {namespace}/{name}: {exc}") from exc
         return pod_from_api(obj)
+
+    def list_node_pods(self, node_name: str) -> list[Pod]:
+        try:
+            result = self._core.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={node_name}", _request_timeout=self._timeout)
+        except ApiException as exc:
+            raise KubeApiError(
+                f"list pods on node {node_name}: HTTP {exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:
+            raise KubeApiError(f"list pods on node {node_name}: {exc}") from exc
+        return [pod_from_api(item) for item in result.items]
 
     def annotate_pod(
         self, namespace: str, name: str, uid: str, annotations: dict[str, str]

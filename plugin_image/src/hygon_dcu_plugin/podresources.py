@@ -6,6 +6,7 @@ the container being allocated.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -33,6 +34,10 @@ class ListedPod:
         return f"{self.namespace}/{self.name}"
 
 
+RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
+RETRIED = (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNAVAILABLE)
+
+
 class PodResourcesError(Exception):
     """The kubelet's PodResources endpoint could not be asked."""
 
@@ -47,14 +52,21 @@ class PodResourcesClient:
         self.timeout = timeout
 
     def list(self) -> list[ListedPod]:
-        try:
-            with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
-                stub = pb_grpc.PodResourcesListerStub(channel)
-                response = stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout)
-        except grpc.RpcError as exc:
-            raise PodResourcesError(
-                f"PodResources List on {self.socket_path} failed: {exc.code()} {exc.details()}"
-            ) from exc
+        # The kubelet rate-limits PodResources (100 qps, burst 10); a burst of Allocate calls
+        # can hit it, and an Allocate that fails is final for its pod: back off and retry.
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                with grpc.insecure_channel(f"unix://{self.socket_path}") as channel:
+                    stub = pb_grpc.PodResourcesListerStub(channel)
+                    response = stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout)
+                break
+            except grpc.RpcError as exc:
+                if delay is None or exc.code() not in RETRIED:
+                    raise PodResourcesError(
+                        f"PodResources List on {self.socket_path} failed: "
+                        f"{exc.code()} {exc.details()}"
+                    ) from exc
+                time.sleep(delay)
         return [
             ListedPod(
                 namespace=pod.namespace,

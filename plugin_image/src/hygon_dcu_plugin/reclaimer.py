@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import InstanceInUse
+from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError, InstanceInUse
 from ansible_collections.hygon.dcu.plugins.module_utils.node import (
     InstanceNotFound,
     Node,
@@ -171,37 +171,46 @@ class Reclaimer:
 
     def _collect_orphans(self, report: PassReport) -> None:
         for card in self.node.cards():
-            if not card.pci:
+            if not card.pci or not card.healthy:
                 continue
-            candidates = self.node.instances(card.index)
-            if not candidates:
-                continue
-            self._step("orphans_listed")
-            with self.locks.card(card.pci):
-                records = self.store.load()
-                if records.unreadable:
-                    report.orphan_collection = "stopped: a record became unreadable mid-sweep"
-                    report.unreadable = records.unreadable
-                    return
-                for instance in self.node.instances(card.index):
-                    if any(r.owns(card.pci, instance.gpu_instance_id, instance.uuid)
-                           for r in records):
-                        continue
-                    label = f"{card.pci} gi{instance.gpu_instance_id} {instance.uuid}"
-                    try:
-                        self.node.destroy(card.index, instance.gpu_instance_id,
-                                          expected_uuid=instance.uuid,
-                                          checkpoint=self.checkpoint)
-                    except InstanceInUse:
-                        report.in_use.append(label)
-                        self._count("in_use_retry")
-                        continue
-                    except (InstanceNotFound, UuidMismatch) as exc:
-                        report.errors.append(f"orphan {label}: {exc}")
-                        continue
-                    report.orphans.append(label)
-                    self._count("orphan_destroyed")
-                    log.warning("collected an instance no record owns", extra={"instance": label})
+            try:
+                self._collect_on(card.index, card.pci, report)
+            except HydmiError as exc:
+                # One card failing its queries must not stop collection on the others.
+                report.errors.append(f"card {card.pci}: {exc}")
+            if report.orphan_collection != "done":
+                return
+
+    def _collect_on(self, card_index: int, card_pci: str, report: PassReport) -> None:
+        if not self.node.instances(card_index):
+            return
+        self._step("orphans_listed")
+        with self.locks.card(card_pci):
+            # Re-read under the lock Allocate holds from create to record: a claim made
+            # since the listing above is seen here.
+            records = self.store.load()
+            if records.unreadable:
+                report.orphan_collection = "stopped: a record became unreadable mid-sweep"
+                report.unreadable = records.unreadable
+                return
+            for instance in self.node.instances(card_index):
+                if any(r.owns(card_pci, instance.gpu_instance_id, instance.uuid)
+                       for r in records):
+                    continue
+                label = f"{card_pci} gi{instance.gpu_instance_id} {instance.uuid}"
+                try:
+                    self.node.destroy(card_index, instance.gpu_instance_id,
+                                      expected_uuid=instance.uuid, checkpoint=self.checkpoint)
+                except InstanceInUse:
+                    report.in_use.append(label)
+                    self._count("in_use_retry")
+                    continue
+                except (InstanceNotFound, UuidMismatch) as exc:
+                    report.errors.append(f"orphan {label}: {exc}")
+                    continue
+                report.orphans.append(label)
+                self._count("orphan_destroyed")
+                log.warning("collected an instance no record owns", extra={"instance": label})
 
     # the loop ----------------------------------------------------------------------------
     def run(self, stop: threading.Event, resync_seconds: float) -> None:

@@ -51,6 +51,7 @@ class Runtime:
         self.allocator = Allocator(
             node, self.store, kube, lister, locks=self.locks, metrics=self.metrics,
             host_root=settings.host_root, answer_root=settings.answer_root,
+            node_name=settings.node_name,
             policy=settings.policy, on_change=self.refresh,
             checkpoint=checkpoint)
         self.reclaimer = Reclaimer(
@@ -143,7 +144,11 @@ class Runtime:
             self.metrics.live_instances.set_all({})
             return
         values: dict[LabelKey, float] = {}
-        for instance in self.node.instances():
+        instances = []
+        for card in self.node.cards():
+            if card.healthy:
+                instances.extend(self.node.instances(card.index))
+        for instance in instances:
             name = instance.profile.name if instance.profile else "unknown"
             key = (("profile", name),)
             values[key] = values.get(key, 0.0) + 1

@@ -4,7 +4,8 @@
  * minirun passes through the chroot) or HYDMI_SIM_ROOT/.sim. Everything else comes from the
  * probe's own filesystem view: /dev/kfd, /dev/mkfd, /dev/dri/{card,renderD}N, /opt/hyhal and
  * /etc/dmi_mig_config/ci by absolute path. HYDMI_PROBE_VIEW=DIR prefixes those paths (tests that
- * cannot use minirun).
+ * cannot use minirun); HYDMI_PROBE_DEV, HYDMI_PROBE_REGISTRY and HYDMI_PROBE_HYHAL replace /dev,
+ * /etc/dmi_mig_config and /opt/hyhal one by one.
  *
  * Output (stdout), one line per visible device, then exit 0:
  *   device <n> kind=card pci=<pci> cu_count=<cus> memory_mib=<mib>
@@ -29,8 +30,27 @@ static const char *view = "";
 static int held_fds[64];
 static unsigned nheld;
 
+/* Finer overrides than HYDMI_PROBE_VIEW, one per tree the runtime looks at. */
+static const struct {
+    const char *prefix;
+    const char *env;
+} overrides[] = {
+    {"/dev", "HYDMI_PROBE_DEV"},
+    {"/etc/dmi_mig_config", "HYDMI_PROBE_REGISTRY"},
+    {"/opt/hyhal", "HYDMI_PROBE_HYHAL"},
+};
+
 static void view_path(const char *abs, char *out, size_t len)
 {
+    for (size_t i = 0; i < sizeof(overrides) / sizeof(overrides[0]); i++) {
+        size_t n = strlen(overrides[i].prefix);
+        const char *dir = getenv(overrides[i].env);
+        if (dir && *dir && !strncmp(abs, overrides[i].prefix, n) &&
+            (abs[n] == '/' || abs[n] == '\0')) {
+            snprintf(out, len, "%s%s", dir, abs + n);
+            return;
+        }
+    }
     snprintf(out, len, "%s%s", view, abs);
 }
 

@@ -189,7 +189,9 @@ int sim_open(sim_ctx *ctx, int exclusive, int kernel_fd)
         /* Long roots would truncate registry paths: refuse them outright. */
         if (!root || !*root || strlen(root) > PATH_MAX - 256)
             return SIM_ERROR_DRIVER_NOT_LOADED;
-        snprintf(ctx->root, sizeof(ctx->root), "%s", root);
+        /* Canonical, so holder paths from /proc readlinks compare equal. */
+        char real[PATH_MAX];
+        snprintf(ctx->root, sizeof(ctx->root), "%s", realpath(root, real) ? real : root);
         size_t l = strlen(ctx->root);
         while (l > 1 && ctx->root[l - 1] == '/')
             ctx->root[--l] = '\0';

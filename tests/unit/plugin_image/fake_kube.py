@@ -24,6 +24,7 @@ class FakeKube:
         self.fail_annotate: str | None = None
         self.fail_get: str | None = None
         self.get_calls = 0
+        self.list_calls = 0
         self._clock = itertools.count(1_000_000)
         self._generation = 0
 
@@ -68,6 +69,13 @@ class FakeKube:
             if self.fail_get:
                 raise KubeApiError(self.fail_get)
             return self.pods.get(f"{namespace}/{name}")
+
+    def list_node_pods(self, node_name: str) -> list[Pod]:
+        with self._cond:
+            self.list_calls += 1
+            if self.fail_get:
+                raise KubeApiError(self.fail_get)
+            return list(self.pods.values())
 
     def annotate_pod(self, namespace: str, name: str, uid: str,
                      annotations: dict[str, str]) -> None:

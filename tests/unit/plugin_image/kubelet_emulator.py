@@ -104,6 +104,10 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
              ) -> pr.ListPodResourcesResponse:
         with self.emulator.lock:
             self.emulator.list_calls += 1
+            if self.emulator.reject_lists > 0:
+                self.emulator.reject_lists -= 1
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                              "rejected by the server because of rate limiting")
             pods = list(self.emulator.pods.values())
             return pr.ListPodResourcesResponse(pod_resources=[self._pod(p) for p in pods])
 
@@ -137,6 +141,7 @@ class KubeletEmulator:
         self.endpoints: dict[str, _Endpoint] = {}
         self.register_requests: list[dp.RegisterRequest] = []
         self.list_calls = 0
+        self.reject_lists = 0  # the next N List calls fail as the kubelet's rate limiter does
         self._registration: grpc.Server | None = None
         self._pod_resources: grpc.Server | None = None
 

@@ -123,9 +123,14 @@ class Harness:
             self.kubelet.pods.pop(f"{namespace}/{name}", None)
         else:
             self.kube.set_phase(namespace, name, how)
+            # The kubelet keeps listing a completed pod, with its device assignments dropped.
+            pod = self.kubelet.pods.get(f"{namespace}/{name}", {})
+            for container in pod:
+                pod[container] = {}
 
     def live(self) -> list[tuple[str, int, str | None]]:
-        return sorted((i.pci or "", i.placement.start, i.uuid) for i in self.node.instances())
+        found = [i for c in self.node.cards() if c.healthy for i in self.node.instances(c.index)]
+        return sorted((i.pci or "", i.placement.start, i.uuid) for i in found)
 
     def spec_file(self, response: pb.ContainerAllocateResponse, path: Path) -> Path:
         path.write_text(json.dumps({

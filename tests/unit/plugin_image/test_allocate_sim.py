@@ -225,3 +225,43 @@ def test_spread_policy_uses_the_emptiest_card(simulator_build: Path, bw_node: si
         harness.admit(name)
     assert sorted(pci for pci, _, _ in harness.live()) == [
         "0000:09:00.0", "0000:0c:00.0", "0000:49:00.0"]
+
+
+def test_a_card_that_fails_queries_leaves_the_counts_and_is_never_used(
+        harness: Harness) -> None:
+    harness.admit("a")
+    harness.sim.make_unreachable(7)
+    assert harness.counts() == {FAMILY: 1 + 3 + 6 * 4,
+                                "hygon.com/dcu.partitioned.mig-2g.15gb": 1 + 3 + 6 * 4,
+                                "hygon.com/dcu.partitioned.mig-4g.31gb": 1 + 6 * 2,
+                                "hygon.com/dcu.partitioned.mig-8g.63gb": 6, WHOLE_CARD: 0}
+    harness.admit("b", "4g.31gb")
+    for name in ("c", "d", "e", "f", "g", "h"):
+        harness.admit(name, "8g.63gb")
+    assert "0000:cc:00.0" not in {pci for pci, _, _ in harness.live()}
+    harness.kube.add_pod("default", "i", {"main": {
+        FAMILY: "1", "hygon.com/dcu.partitioned.mig-8g.63gb": "1"}})
+    harness.kubelet.pods["default/i"] = {"main": {}}
+    with pytest.raises(RequestRefused, match=r"no free 8g\.63gb"):
+        harness.allocator.allocate(FAMILY, ["partition-031"])
+    harness.finish("a")
+    report = harness.reclaimer.run_pass()
+    assert len(report.destroyed) == 1
+
+
+def test_no_dtk_on_the_host_means_no_hygondriver_mount(harness: Harness) -> None:
+    (harness.sim.root / "opt" / "dtk" / "lib").rmdir()
+    (harness.sim.root / "opt" / "dtk").rmdir()
+    response = harness.admit("a")
+    assert "/opt/hygondriver" not in {m.container_path for m in response.mounts}
+    assert "/opt/hyhal" in {m.container_path for m in response.mounts}
+
+
+def test_whole_card_request_for_an_unknown_card_is_refused(simulator_build: Path,
+                                                           tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    node = make_node(tmp_path / "node", mode_on=False)
+    monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
+    harness = Harness(node, tmp_path / "state")
+    with pytest.raises(RequestRefused, match="is not a PCI address here"):
+        harness.allocator.allocate(WHOLE_CARD, ["0000:ff:00.0"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,3 +151,53 @@ def test_plugin_registers_again_after_a_kubelet_restart(stack: Stack) -> None:
     stack.harness.kube.add_pod("team", "after", {"main": LIMITS_2G})
     responses = stack.kubelet.admit("team", "after", "main", {FAMILY: 1, P2G: 1})
     assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
+
+
+def test_a_rate_limited_list_is_retried_inside_allocate(stack: Stack) -> None:
+    stack.harness.kube.add_pod("team", "burst", {"main": LIMITS_2G})
+    stack.kubelet.reject_lists = 3
+    responses = stack.kubelet.admit("team", "burst", "main", {FAMILY: 1, P2G: 1})
+    assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
+    assert stack.kubelet.reject_lists == 0
+
+
+def test_a_kubelet_that_keeps_refusing_list_fails_the_allocate_clearly(stack: Stack) -> None:
+    stack.harness.kube.add_pod("team", "starved", {"main": LIMITS_2G})
+    stack.kubelet.reject_lists = 1000
+    with pytest.raises(grpc.RpcError) as caught:
+        stack.kubelet.admit("team", "starved", "main", {FAMILY: 1, P2G: 1})
+    stack.kubelet.reject_lists = 0
+    assert "cannot ask the kubelet which container is being admitted" in str(
+        caught.value.details())
+    assert stack.harness.node.instances() == []
+
+
+def test_thirty_two_concurrent_allocate_rpcs(stack: Stack) -> None:
+    kube, kubelet = stack.harness.kube, stack.kubelet
+    tokens = kubelet.pick(FAMILY, 32)
+    for i in range(32):
+        kube.add_pod("team", f"p{i:02d}", {"main": LIMITS_2G})
+        kubelet.add_pod("team", f"p{i:02d}", ["main"])
+    results: list[object] = []
+
+    def call(token: str) -> None:
+        try:
+            results.append(kubelet.allocate(FAMILY, [token]))
+        except grpc.RpcError as error:
+            results.append(error)
+
+    threads = [threading.Thread(target=call, args=(t,)) for t in tokens]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not [r for r in results if isinstance(r, grpc.RpcError)]
+    live = stack.harness.node.instances()
+    assert len({(i.pci, i.placement.start) for i in live}) == 32
+    assert len({r.pod_name for r in stack.harness.runtime.store.load()}) == 32
+    kube.add_pod("team", "late", {"main": LIMITS_2G})
+    kubelet.add_pod("team", "late", ["main"])
+    with pytest.raises(grpc.RpcError) as caught:
+        kubelet.allocate(FAMILY, ["partition-999"])
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "free capacity: 0 partitions" in str(caught.value.details())

@@ -4,7 +4,7 @@ A pod that reaches a node with a request the allocator cannot serve fails with
 UnexpectedAdmissionError and is never retried, so every request the allocator would refuse is
 refused here first, with a message that names the container and says how to fix the spec.
 
-Decisions where Kubernetes leaves room (see docs in the webhook templates and the report):
+Decisions where Kubernetes leaves room:
 - Limits are the request. For extended resources the API server defaults requests to limits
   and refuses requests without limits; the allocator reads the profile from limits. So a
   partition resource in requests only is refused, and requests that differ from limits are.
@@ -16,7 +16,8 @@ Decisions where Kubernetes leaves room (see docs in the webhook templates and th
 - Ephemeral containers may not have resources at all (the API server refuses them); a
   ``hygon.com/`` resource on one is refused here too in case it ever gets that far.
 - Quantities are Kubernetes quantities: "1", "1.0" and "1000m" are all one; "500m" is not a
-  whole number and is refused with its own message.
+  whole number and is refused with its own message. (The API server stores and sends the
+  canonical form, "1", so the other spellings reach us only from a client that bypasses it.)
 """
 
 from __future__ import annotations
@@ -116,8 +117,7 @@ def _check_container(container: _Container) -> Iterator[Violation]:
                 Rule.EPHEMERAL_CONTAINER_RESOURCE,
                 container.name,
                 f"{container.label} requests {', '.join(vendor)}: ephemeral containers cannot "
-                "have resources; remove them (a debug container shares nothing of the pod's "
-                "devices through resources)",
+                "have resources; remove them from the ephemeral container",
             )
         return
     partitions = [name for name in vendor if _is_partition(name)]

@@ -78,7 +78,6 @@ class AdmissionServer(ThreadingHTTPServer):
                 connection.shutdown(socket.SHUT_RDWR)
             connection.close()
 
-
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver would print a traceback to stderr; keep the log structured.
         log(logging.ERROR, "connection_failed", client=str(client_address[0]), exc_info=True)
@@ -108,7 +107,12 @@ class AdmissionHandler(BaseHTTPRequestHandler):
 
     def do_HEAD(self) -> None:
         path = self.path.split("?", 1)[0]
-        status = HTTPStatus.OK if path in ("/healthz", "/metrics") else HTTPStatus.NOT_FOUND
+        if path == "/healthz" and self.server.draining.is_set():
+            status = HTTPStatus.SERVICE_UNAVAILABLE
+        elif path in ("/healthz", "/metrics"):
+            status = HTTPStatus.OK
+        else:
+            status = HTTPStatus.NOT_FOUND
         self.send_response(status)
         self.send_header("Content-Length", "0")
         self.end_headers()
@@ -138,6 +142,11 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             decision = decide(parse_body(body))
         except BadReview as error:
             self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
+            return
+        except Exception:  # a bug here must still answer, never drop the connection
+            log(logging.ERROR, "review_failed", exc_info=True)
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal-error",
+                        "the webhook failed to check this pod; see its log")
             return
         rules = [violation.rule for violation in decision.violations]
         self.server.metrics.review(decision.allowed, rules)

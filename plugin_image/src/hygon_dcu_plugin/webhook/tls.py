@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from hygon_dcu_plugin.webhook.logs import log
 
-_Signature = tuple[bytes, bytes]
+_Contents = tuple[bytes, bytes]
 # PEM files this large are not a certificate and key; refuse rather than read them.
 _MAX_FILE = 1024 * 1024
 
@@ -36,8 +36,8 @@ class CertificateReloader:
         self.key_path = key_path
         self._on_reload = on_reload
         self._lock = threading.Lock()
-        self._signature = self._stat()
-        self._failed: _Signature | None = None
+        self._loaded = self._read_files()
+        self._failed: _Contents | None = None
         self._context = self._load()
 
     def context(self) -> ssl.SSLContext:
@@ -48,30 +48,30 @@ class CertificateReloader:
         change again.
         """
         try:
-            signature = self._stat()
+            contents = self._read_files()
         except CertificateError as error:
             log(logging.ERROR, "tls_files_unreadable", error=str(error))
             return self._context
         with self._lock:
-            if signature in (self._signature, self._failed):
+            if contents in (self._loaded, self._failed):
                 return self._context
             try:
                 context = self._load()
             except CertificateError as error:
-                self._failed = signature
+                self._failed = contents
                 log(logging.ERROR, "tls_reload_failed", error=str(error))
                 if self._on_reload is not None:
                     self._on_reload(False)
                 return self._context
             self._context = context
-            self._signature = signature
+            self._loaded = contents
             self._failed = None
         log(logging.INFO, "tls_reloaded", cert=self.cert_path)
         if self._on_reload is not None:
             self._on_reload(True)
         return context
 
-    def _stat(self) -> _Signature:
+    def _read_files(self) -> _Contents:
         contents = []
         for path in (self.cert_path, self.key_path):
             try:

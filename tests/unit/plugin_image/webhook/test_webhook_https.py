@@ -267,3 +267,19 @@ def test_certificate_names_the_service(running_webhook: Running) -> None:
         peer: Any = tls.getpeercert()
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
     assert ("DNS", "hygon-dcu-admission.hygon-dcu-system.svc") in peer["subjectAltName"]
+
+
+def test_a_bug_in_the_rules_answers_500_not_a_dropped_connection(
+    running_webhook: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(_pod: object) -> list[object]:
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr("hygon_dcu_plugin.webhook.review.check_pod", broken)
+    body = json.dumps(admission_review(pod(container("a")))).encode()
+    status, _, error = _post(running_webhook, body)
+    assert status == 500
+    assert error["reason"] == "internal-error"
+    monkeypatch.undo()
+    status, answer = running_webhook.review(admission_review(pod(container("a"))))
+    assert (status, answer["response"]["allowed"]) == (200, True)

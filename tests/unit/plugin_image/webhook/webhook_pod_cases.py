@@ -78,6 +78,7 @@ CASES: list[Case] = [
     Case("other-vendor-only", pod(container("app", {"nvidia.com/gpu": "1"})), matched=False),
     Case("limits-only", pod(container("train", PARTITION))),
     Case("requests-equal-limits", pod(container("train", PARTITION, dict(PARTITION)))),
+    Case("requests-name-the-family-only", pod(container("train", PARTITION, {FAMILY: "1"}))),
     Case("with-cpu-and-memory", pod(container("train", {**PARTITION, "cpu": "4", "memory": "8Gi"},
                                               {"cpu": "2", "memory": "8Gi", FAMILY: "1",
                                                P2G: "1"}))),

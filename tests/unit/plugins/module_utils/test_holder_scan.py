@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from ansible_collections.hygon.dcu.plugins.module_utils.holders import find_holders, pod_identity
+from ansible_collections.hygon.dcu.plugins.module_utils.holders import (
+    find_holders,
+    pod_identity,
+    scan_holders,
+)
+from simnode import SimNode
 
 POD = "6f1d2c3b-4a5e-4f60-8a9b-0c1d2e3f4a5b"
 CID = "b" * 16 + "0123456789abcdef" * 3
@@ -77,14 +84,14 @@ def test_finds_real_holders_with_fd_count_and_command(holders: Holders, devices:
 
 
 def test_exclude_pids(holders: Holders, devices: Devices) -> None:
-    kfd, _ = devices
+    kfd = devices[0]
     first = holders.hold(kfd)
     second = holders.hold(kfd)
     assert [h.pid for h in find_holders(str(kfd), exclude_pids=[first.pid])] == [second.pid]
 
 
 def test_no_holders_after_release(holders: Holders, devices: Devices) -> None:
-    kfd, _ = devices
+    kfd = devices[0]
     process = holders.hold(kfd)
     assert [h.pid for h in find_holders(str(kfd))] == [process.pid]
     process.kill()
@@ -97,7 +104,7 @@ def test_same_file_under_another_path_is_found(
 ) -> None:
     # A container sees the bind-mounted node at its own path; here a hard link stands in for the
     # other path (same inode, same file name).
-    kfd, _ = devices
+    kfd = devices[0]
     (tmp_path / "container" / "dev").mkdir(parents=True)
     other = tmp_path / "container" / "dev" / "kfd"
     os.link(kfd, other)
@@ -106,7 +113,7 @@ def test_same_file_under_another_path_is_found(
 
 
 def test_survives_processes_exiting_during_the_scan(holders: Holders, devices: Devices) -> None:
-    kfd, _ = devices
+    kfd = devices[0]
     holder = holders.hold(kfd)
     stop = threading.Event()
 
@@ -117,11 +124,11 @@ def test_survives_processes_exiting_during_the_scan(holders: Holders, devices: D
                 ["sh", "-c", f"exec 3<{kfd}; :"], check=False, stdin=subprocess.DEVNULL
             )
 
-    workers = [threading.Thread(target=churn) for _ in range(3)]
+    workers = [threading.Thread(target=churn) for _worker in range(3)]
     for worker in workers:
         worker.start()
     try:
-        for _ in range(60):
+        for _attempt in range(60):
             found = find_holders(str(kfd))
             assert holder.pid in [h.pid for h in found]
     finally:
@@ -202,3 +209,43 @@ def test_missing_proc_root_is_empty(tmp_path: Path) -> None:
 )
 def test_pod_identity_shapes(text: str, expected: tuple[str | None, str | None]) -> None:
     assert pod_identity(text) == expected
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to scan as another user")
+def test_unreadable_processes_are_reported_not_hidden(holders: Holders, devices: Devices) -> None:
+    kfd = devices[0]
+    holder = holders.hold(kfd)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: scan as user nobody, report as JSON
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            scan = scan_holders(str(kfd))
+            payload = {"holders": [h.pid for h in scan.holders], "unreadable": scan.unreadable_pids}
+            os.write(write_fd, json.dumps(payload).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        result = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert result["holders"] == []
+    assert holder.pid in result["unreadable"]
+    as_root = scan_holders(str(kfd))
+    assert [h.pid for h in as_root.holders] == [holder.pid]
+    assert holder.pid not in as_root.unreadable_pids
+
+
+def test_simulated_kfd_holders_found_mkfd_ignored(sim_node: SimNode, kfd_holder: Any) -> None:
+    daemon = kfd_holder(sim_node.mkfd)  # like hymgr: holds /dev/mkfd for good
+    first = kfd_holder(sim_node.kfd)
+    second = kfd_holder(sim_node.kfd)
+    found = find_holders(str(sim_node.kfd))
+    assert [h.pid for h in found] == sorted([first.pid, second.pid])
+    assert daemon.pid not in [h.pid for h in found]
+    assert [h.pid for h in find_holders(str(sim_node.mkfd))] == [daemon.pid]
+    first.release()
+    assert [h.pid for h in find_holders(str(sim_node.kfd))] == [second.pid]

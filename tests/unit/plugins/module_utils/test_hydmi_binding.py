@@ -110,7 +110,7 @@ def test_falls_back_to_dtk_lib(sim_node: SimNode) -> None:
     for name in ("libhydmi_mig.so.1", "libhydmi_mig.so"):
         (hyhal / name).unlink()
     (sim_node.root / "opt/dtk/lib/libhydmi_mig.so").symlink_to(simnode.LIB_PATH)
-    path, count, _ = _load_in_fresh_process(sim_node.root)
+    path, count, _global = _load_in_fresh_process(sim_node.root)
     assert path == str(sim_node.root / "opt/dtk/lib/libhydmi_mig.so")
     assert count == "2"
 
@@ -204,7 +204,8 @@ def test_driver_not_loaded_is_unusable(sim_node: SimNode) -> None:
 def test_error_types_and_classification() -> None:
     assert isinstance(error_for("x", hydmi.IN_USE), InstanceInUse)
     assert isinstance(error_for("x", hydmi.LIB_RM_VERSION_MISMATCH), LibraryUnusable)
-    assert type(error_for("x", hydmi.INSUFFICIENT_RESOURCES)) is HydmiError
+    plain = error_for("x", hydmi.INSUFFICIENT_RESOURCES)
+    assert not isinstance(plain, (InstanceInUse, LibraryUnusable))
     assert [classify(c) for c in (3, 6, 2)] == ["absent"] * 3
     assert [classify(c) for c in (12, 13, 9, 18)] == ["unusable"] * 4
     assert [classify(c) for c in (0, 1, 4, 7, 10, 19, 20, 23, 999)] == ["error"] * 9
@@ -226,3 +227,50 @@ def test_unusable_library_means_not_partitioned(sim_node: SimNode, tmp_path: Pat
     assert mode.error is not None and "LIBRARY_NOT_FOUND" in mode.error
     with pytest.raises(LibraryUnusable):
         broken.cards()
+
+
+def test_remaining_calls_and_node_global_mig_device_index(sim_node: SimNode) -> None:
+    library = HydmiLibrary(str(sim_node.root))
+    assert library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE) == hydmi.SUCCESS
+    assert library.system_mig_mode() == (1, 1)
+    card0, card1 = library.device_by_index(0), library.device_by_index(1)
+    assert library.device_mig_mode(card1) == (1, 1)
+    memory = library.device_memory(card0)
+    assert memory.total == 65520 * 2**20 and memory.used + memory.free == memory.total
+    utilization = library.device_utilization(card0)
+    assert (utilization.gpu, utilization.memory) == (0, 0)
+    attributes = library.device_attributes(card0)
+    assert (attributes.cu_count, attributes.gpu_instance_slice_count) == (80, 4)
+    # One 4g.31gb instance per card, each with its whole-GI compute instance.
+    for device in (card0, card1):
+        gpu_instance = library.create_gpu_instance(device, 1, 2, 2)
+        compute_profile = library.compute_instance_profile(gpu_instance, 1)
+        assert (compute_profile.gpu_slice_count, compute_profile.cu_count) == (2, 40)
+        with pytest.raises(HydmiError):
+            library.compute_instance_profile(gpu_instance, 0)  # not offered: a gap
+        compute = library.create_compute_instance(gpu_instance, compute_profile.id)
+        info = library.compute_instance_info(compute)
+        assert info.gpu_instance == gpu_instance.value and info.id == 0
+        assert [c.value for c in library.compute_instances(gpu_instance, compute_profile.id)] == [
+            compute.value
+        ]
+    assert library.remaining_capacity(card0, 3) == 2
+    assert library.max_mig_device_count(card0) == 4
+    # The MIG device index space is node-global: card 0's handle reaches card 1's instance.
+    seen = []
+    for index in range(2):
+        mig = library.mig_device_by_index(card0, index)
+        seen.append(
+            (
+                library.device_attributes(mig).index,
+                library.mig_device_gpu_instance_id(mig),
+                library.mig_device_compute_instance_id(mig),
+            )
+        )
+    assert seen == [(0, 3, 0), (1, 3, 0)]
+    with pytest.raises(HydmiError) as caught:
+        library.mig_device_by_index(card0, 2)
+    assert classify(caught.value.code) == "absent"
+    gi = library.gpu_instance_by_id(card1, 3)
+    with pytest.raises(InstanceInUse):
+        library.destroy_gpu_instance(gi)  # its compute instance still exists

@@ -372,3 +372,18 @@ def test_blocks_split_by_key_whatever_the_alignment(
     assert parsed.compute["gi_id"] == str(gi)
     assert parsed.compute["id"] == str(ci)
     assert parsed.uuid == uuid
+
+
+@settings(max_examples=100, deadline=None)
+@given(contents=st.lists(st.binary(max_size=80), min_size=1, max_size=4))
+def test_card_files_yield_pci_addresses_or_findings(contents: list[bytes]) -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        registry = make_registry(Path(directory))
+        for index, content in enumerate(contents):
+            (registry / f"dev{index}").write_bytes(content)
+        result = read_registry(directory)
+        for index, pci in result.cards.items():
+            assert index < len(contents)
+            assert len(pci) == 12 and pci == pci.lower() and pci[4] == ":" and pci[10] == "."
+        malformed = {f.path for f in result.findings if f.kind == "malformed"}
+        assert len(result.cards) + len(malformed) == len(contents)

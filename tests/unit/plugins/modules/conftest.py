@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from ansible.module_utils import basic
+from ansible.module_utils.common import warnings as ansible_warnings
 
 ModuleRunner = Callable[..., dict[str, Any]]
 
@@ -30,6 +31,10 @@ def run_module(
             basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": payload}).encode()
         )
         monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+        # Warnings are process-global in ansible-core: each in-process run starts with none,
+        # as a real module process does.
+        monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
+        monkeypatch.setattr(ansible_warnings, "_global_deprecations", {})
         capsys.readouterr()
         with pytest.raises(SystemExit):
             module.main()

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     ModuleRunner = Callable[..., dict[str, Any]]
     HoldFactory = Callable[[Any], Any]
     SimBuild = Any
+    SimNodeFactory = Callable[..., SimNode]
 
 
 def args(sim_node: SimNode, sim_build: SimBuild, state: str, **extra: Any) -> dict[str, Any]:
@@ -44,6 +45,7 @@ def test_enable_check_real_check_real(
     assert done["changed"] is True
     assert (done["previous_mode"], done["mode"]) == ("disabled", "enabled")
     assert done["vendor_output"] == "Enabled mig mode successful."
+    assert "warnings" not in done
     assert current_mode(sim_node) is True
 
     assert run_module(mig_mode, wanted, check_mode=True)["changed"] is False
@@ -158,3 +160,12 @@ def test_missing_library_reads_mode_from_registry(
     assert refused["failed"] is True
     # Without the library the blockers are named from the registry's conf files.
     assert "/etc/dmi_mig_config/ci/dev0gi3ci0.conf" in refused["msg"]
+
+
+def test_enable_without_virtualization_warns(
+    sim_node_factory: SimNodeFactory, sim_build: SimBuild, run_module: ModuleRunner
+) -> None:
+    plain = sim_node_factory(virtualization=False)
+    result = run_module(mig_mode, args(plain, sim_build, "enabled"))
+    assert result["changed"] is True
+    assert "without virtualization support" in str(result["warnings"])

@@ -7,9 +7,9 @@ import pytest
 from .render import RoleRun, run_role
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def default_render(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
-    """The role with its defaults, rendered once per module."""
+    """The role with its defaults, rendered once per session."""
     run = run_role(tmp_path_factory.mktemp("render") / "out")
     assert run.returncode == 0, run.output
     return run

@@ -17,7 +17,9 @@ REPO = Path(__file__).resolve().parents[4]
 PLAYBOOK = REPO / "playbooks" / "deploy_device_plugin.yml"
 COLLECTIONS = REPO / ".venv" / "collections"
 ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-RECAP = re.compile(r"^localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
+RECAP = re.compile(
+    r"^localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M
+)
 
 
 @dataclass
@@ -43,7 +45,7 @@ class RoleRun:
         return found[0]
 
 
-def run_role(render_dir: Path, **extra_vars: Any) -> RoleRun:
+def run_role(render_dir: Path, *, check: bool = False, **extra_vars: Any) -> RoleRun:
     """ansible-playbook deploy_device_plugin.yml with render_dir and extra_vars (JSON)."""
     variables = {"hygon_dcu_device_plugin_render_dir": str(render_dir), **extra_vars}
     env = {
@@ -56,7 +58,13 @@ def run_role(render_dir: Path, **extra_vars: Any) -> RoleRun:
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
     }
     proc = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), str(PLAYBOOK), "-e", json.dumps(variables)],
+        [
+            str(ANSIBLE_PLAYBOOK),
+            str(PLAYBOOK),
+            "-e",
+            json.dumps(variables),
+            *(["--check"] if check else []),
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import kubernetes_validate
+import argparse
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
+from hygon_dcu_plugin.config import settings_from
 
 from .render import RoleRun
 
@@ -46,8 +51,10 @@ def test_strict_validation_rejects_an_unknown_field(default_render: RoleRun) -> 
         kubernetes_validate.validate(daemonset, VERSIONS[0], strict=True)
 
 
-def _pod_spec(run: RoleRun) -> dict:
-    return run.find("DaemonSet", "hygon-dcu-device-plugin")["spec"]["template"]["spec"]
+def _pod_spec(run: RoleRun) -> dict[str, Any]:
+    daemonset = run.find("DaemonSet", "hygon-dcu-device-plugin")
+    spec: dict[str, Any] = daemonset["spec"]["template"]["spec"]
+    return spec
 
 
 def test_daemonset_runs_on_hygon_nodes_unless_parked(default_render: RoleRun) -> None:
@@ -122,3 +129,27 @@ def test_namespace_admits_the_privileged_plugin(default_render: RoleRun) -> None
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
     (container,) = _pod_spec(default_render)["containers"]
     assert container["securityContext"]["privileged"] is True
+
+
+def test_plugin_accepts_the_configmap(default_render: RoleRun, tmp_path: Path) -> None:
+    # The runtime refuses unknown keys and bad values: load the file the way `serve` does.
+    (content,) = default_render.find("ConfigMap")["data"].values()
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(content)
+    args = argparse.Namespace(config=str(config_file))
+    settings = settings_from(args)
+    assert settings.host_root == "/"
+    assert settings.device_plugin_dir == "/var/lib/kubelet/device-plugins"
+    assert settings.records_dir == "/var/lib/hygon-dcu/records"
+    assert settings.policy == "pack"
+    # every directory the plugin writes is a mount, since the root filesystem is read-only
+    (container,) = _pod_spec(default_render)["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    for path in (settings.device_plugin_dir, settings.records_dir, settings.lock_dir):
+        assert any(path == mount or path.startswith(mount + "/") for mount in writable), path
+    # the probes reach the health server the config starts
+    port = int(settings.health_address.rpartition(":")[2])
+    (health_port,) = [p for p in container["ports"] if p["name"] == "health"]
+    assert health_port["containerPort"] == port
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}

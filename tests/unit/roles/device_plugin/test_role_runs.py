@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -39,9 +40,20 @@ def _ca_bundle(run: RoleRun) -> bytes:
     return base64.b64decode(webhook["clientConfig"]["caBundle"])
 
 
+def test_check_mode_predicts_a_first_run(render_dir: Path) -> None:
+    run = run_role(render_dir, check=True)
+    assert run.returncode == 0, run.output
+    assert run.changed and run.changed > 0
+    assert not render_dir.exists()
+
+
 def test_second_run_sends_the_same_objects(default_render: RoleRun) -> None:
     assert default_render.changed and default_render.changed > 0
     before = _snapshot(default_render.render_dir)
+
+    predicted = run_role(default_render.render_dir, check=True)
+    assert predicted.returncode == 0, predicted.output
+    assert predicted.changed == 0, predicted.output
 
     second = run_role(default_render.render_dir)
     assert second.returncode == 0, second.output
@@ -56,14 +68,15 @@ def test_generated_certificate_serves_the_webhook_service(default_render: RoleRu
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert SERVICE_DNS in names.get_values_for_type(x509.DNSName)
     key = serialization.load_pem_private_key(key_pem, password=None)
-    assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert key.public_key().public_bytes(*spki) == cert.public_key().public_bytes(*spki)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
     assert x509.load_pem_x509_certificates(_ca_bundle(default_render)) == [ca]
 
 
 def test_renewal_keeps_trusting_the_previous_ca(render_dir: Path) -> None:
     # A certificate valid for fewer days than min_days is renewed on the next run.
-    options = {
+    options: dict[str, Any] = {
         "hygon_dcu_device_plugin_webhook_cert_days": 30,
         "hygon_dcu_device_plugin_webhook_cert_min_days": 60,
     }
@@ -166,12 +179,16 @@ def test_options_reach_the_manifests(render_dir: Path, default_render: RoleRun) 
     spec = template["spec"]
     assert spec["hostPID"] is True
     assert "priorityClassName" not in spec
-    paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in spec["volumes"] if "hostPath" in v}
+    paths = {
+        volume["hostPath"]["path"]: volume["hostPath"]["type"]
+        for volume in spec["volumes"]
+        if "hostPath" in volume
+    }
     assert "/opt/dtk" not in paths
     assert paths["/etc/dmi_mig_config"] == "Directory"
     assert spec["containers"][0]["image"] == "registry.example/hygon/dcu-plugin:1.2.3"
     config = yaml.safe_load(next(iter(run.find("ConfigMap")["data"].values())))
-    assert config["placement_policy"] == "spread"
+    assert config["policy"] == "spread"
     # a changed configuration changes the pod template, so the DaemonSet rolls
     default_template = default_render.find("DaemonSet")["spec"]["template"]
     assert template["metadata"]["annotations"] != default_template["metadata"]["annotations"]

@@ -32,6 +32,7 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+        "ANSIBLE_PIPELINING": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 

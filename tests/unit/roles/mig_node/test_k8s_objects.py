@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 
 from .runner import BIN, REPO, ROLE, ansible_env

@@ -48,7 +48,8 @@ def test_check_mode_predicts_the_change_and_leaves_the_node_alone(sim_node: simn
                                                                    ) -> None:
     # Every value as a string: that is how AWX survey answers and -e key=value arrive.
     as_strings = {key: value if isinstance(value, dict) else str(value).lower()
-                  for key, value in node_vars(sim_node, hygon_dcu_holders_timeout=5).items()}
+                  for key, value in node_vars(sim_node, hygon_dcu_holders_timeout=5,
+                                              hygon_dcu_serial=1).items()}
     assert as_strings["hygon_dcu_manage_kubernetes"] == "false"
 
     check = run_playbook("enable_mig", "--check", extra_vars=as_strings)
@@ -158,6 +159,20 @@ def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
     assert sim_node.status().mode == 1
 
 
+def test_a_driver_without_virtualization_support_is_refused_before_anything_happens(
+        sim_node_factory: Callable[..., simnode.SimNode]) -> None:
+    node = sim_node_factory(virtualization=False)
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(node))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "installed without virtualization support" in message
+    assert "Nothing was changed" in message
+    assert node.status().mode == 0
+    assert node.ops() == []
+
+
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
@@ -171,6 +186,27 @@ def test_bad_survey_answers_are_refused_before_anything_happens(
 
     assert run.returncode != 0
     assert expected in run.output
+    assert sim_node.status().mode == 0
+
+
+@pytest.mark.parametrize("hy_smi_path", ["{root}/opt/hyhal/bin/no-hy-smi", "no-such-hy-smi"])
+def test_a_missing_hy_smi_is_refused_before_anything_happens(sim_node: simnode.SimNode,
+                                                             hy_smi_path: str) -> None:
+    run = run_playbook("enable_mig", extra_vars=node_vars(
+        sim_node, hygon_dcu_hy_smi_path=hy_smi_path.format(root=sim_node.root)))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "hy-smi was not found" in message
+    assert "hygon_dcu_hy_smi_path" in message
+    assert sim_node.status().mode == 0
+
+
+def test_converge_refuses_a_host_without_a_desired_mode(sim_node: simnode.SimNode) -> None:
+    run = run_playbook("converge", extra_vars=node_vars(sim_node))
+
+    assert run.returncode != 0
+    assert "set it to 'enabled' or 'disabled'" in final_failure(run)
     assert sim_node.status().mode == 0
 
 

@@ -122,3 +122,25 @@ def test_kfd_holder_fixture_really_holds(sim_node: simnode.SimNode,
     assert str(sim_node.kfd) in links
     holder.release()
     assert not Path(f"/proc/{holder.pid}").exists() or holder.process.poll() is not None
+
+
+def test_build_is_strict_about_warnings(sim_build: object) -> None:
+    dry = subprocess.run(["make", "-B", "-n", "-C", str(simnode.HERE)], capture_output=True,
+                         text=True, check=True).stdout.replace("\\\n", " ")
+    compiles = [line for line in dry.splitlines() if "-o build/" in line]
+    assert len(compiles) == 3
+    for line in compiles:
+        assert " -Wall " in line and " -Wextra " in line and " -Werror " in line
+
+
+def test_hold_command_is_a_real_holder(sim_node: simnode.SimNode) -> None:
+    holder = subprocess.Popen([str(simnode.SIMNODE_PATH), "hold", str(sim_node.kfd)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().startswith(f"holding {sim_node.kfd} pid ")
+        assert hy_smi(sim_node, "-mig", "1").returncode == 1
+    finally:
+        holder.communicate(input="", timeout=60)
+    assert holder.returncode == 0
+    assert hy_smi(sim_node, "-mig", "1").returncode == 0

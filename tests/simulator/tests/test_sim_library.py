@@ -7,11 +7,14 @@ binding), so a layout slip on either side shows up as a failure here.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import os
+import random
 import re
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -723,28 +726,55 @@ RACER = textwrap.dedent("""
     lib.nvmlDeviceCreateGpuInstanceWithPlacement.argtypes = [
         ctypes.c_void_p, ctypes.c_uint, ctypes.POINTER(Placement),
         ctypes.POINTER(ctypes.c_void_p)]
+    lib.nvmlGpuInstanceDestroy.argtypes = [ctypes.c_void_p]
     dev = ctypes.c_void_p()
     assert lib.nvmlDeviceGetHandleByIndex(0, ctypes.byref(dev)) == 0
     order = [int(x) for x in sys.argv[2].split(",")]
+    rounds = int(sys.argv[3])
     sys.stdin.readline()  # start line: both racers go at once
-    won = []
-    for _ in range(int(sys.argv[3])):
+    for round_ in range(rounds):
+        won = []
         for start in order:
             gi = ctypes.c_void_p()
             rc = lib.nvmlDeviceCreateGpuInstanceWithPlacement(
                 dev, 3, ctypes.byref(Placement(start, 1)), ctypes.byref(gi))
             if rc == 0:
-                won.append(start)
+                won.append((start, gi))
             elif rc != 23:
-                print("unexpected", rc, flush=True)
-    print(" ".join(map(str, won)), flush=True)
+                print("unexpected create", rc, flush=True)
+        if round_ < rounds - 1:
+            for _, gi in won:
+                rc = lib.nvmlGpuInstanceDestroy(gi)
+                if rc != 0:
+                    print("unexpected destroy", rc, flush=True)
+    print(" ".join(str(start) for start, _ in won), flush=True)
 """)
+
+
+def replay_ops(ops: list[str]) -> int:
+    """Replays ops.log; fails if two live GPU instances ever shared a slice or an id."""
+    live: dict[tuple[int, int], set[int]] = {}
+    creates = 0
+    for line in ops:
+        fields = dict(part.split("=", 1) for part in line.split()[1:])
+        key = (int(fields["card"]), int(fields["gi"]))
+        if line.startswith("create_gi"):
+            start, size = (int(x) for x in fields["placement"].split(":"))
+            slices = set(range(start, start + size))
+            assert key not in live, f"id reused while live: {line}"
+            for (card, _), used in live.items():
+                assert card != key[0] or not used & slices, f"slice shared: {line}"
+            live[key] = slices
+            creates += 1
+        elif line.startswith("destroy_gi"):
+            assert live.pop(key, None) is not None, f"destroyed twice: {line}"
+    return creates
 
 
 def test_concurrent_creates_from_two_processes_never_share_a_slice(
         bw: simnode.SimNode, lib: Lib) -> None:
     racers = [
-        subprocess.Popen([sys.executable, "-c", RACER, str(simnode.LIB_PATH), order, "3"],
+        subprocess.Popen([sys.executable, "-c", RACER, str(simnode.LIB_PATH), order, "15"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          env=bw.env())
         for order in ("0,1,2,3", "3,2,1,0")
@@ -753,13 +783,111 @@ def test_concurrent_creates_from_two_processes_never_share_a_slice(
         assert racer.stdin is not None
         racer.stdin.write("go\n")
         racer.stdin.flush()
-    results = [racer.communicate(timeout=60)[0] for racer in racers]
+    results = [racer.communicate(timeout=120)[0] for racer in racers]
     assert all("unexpected" not in r for r in results), results
     won = [[int(x) for x in r.split()] for r in results]
     assert sorted(won[0] + won[1]) == [0, 1, 2, 3]  # every slice given once, to one process
     rc, handles, _ = lib.gis(lib.device(0), BW_2G)
     assert rc == SUCCESS
-    starts = sorted(lib.gi_info(h).placement.start for h in handles)
-    ids = sorted(lib.gi_info(h).id for h in handles)
-    assert starts == [0, 1, 2, 3] and ids == [3, 4, 5, 6]
-    assert len([op for op in bw.ops() if op.startswith("create_gi")]) == 4
+    assert sorted(lib.gi_info(h).placement.start for h in handles) == [0, 1, 2, 3]
+    assert sorted(lib.gi_info(h).id for h in handles) == [3, 4, 5, 6]
+    assert replay_ops(bw.ops()) >= 4 * 15
+
+
+def test_threads_in_one_process_never_share_a_slice(bw: simnode.SimNode, lib: Lib) -> None:
+    dev = lib.device(0)
+    won: list[int] = []
+    unexpected: list[int] = []
+    guard = threading.Lock()
+    go = threading.Event()
+
+    def race(order: list[int]) -> None:
+        go.wait()
+        for start in order:
+            rc, _ = lib.create_gi(dev, BW_2G, start, 1)
+            with guard:
+                if rc == SUCCESS:
+                    won.append(start)
+                elif rc != INSUFFICIENT_RESOURCES:
+                    unexpected.append(rc)
+
+    threads = [threading.Thread(target=race, args=(order,))
+               for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1])]
+    for t in threads:
+        t.start()
+    go.set()
+    for t in threads:
+        t.join(timeout=60)
+    assert unexpected == []
+    assert sorted(won) == [0, 1, 2, 3]
+    assert replay_ops(bw.ops()) == 4
+
+
+@pytest.mark.parametrize("op", simnode.FAULT_OPS)
+def test_every_fail_fault_fails_once_and_changes_nothing(bw: simnode.SimNode, lib: Lib,
+                                                         op: str) -> None:
+    dev = lib.device(0)
+    gi = ci = H()
+    if op in ("ci_create", "gi_destroy", "ci_destroy"):
+        rc, gi = lib.create_gi(dev, BW_2G, 0, 1)
+        assert rc == SUCCESS
+    if op == "ci_destroy":
+        rc, ci = lib.create_ci(gi)
+        assert rc == SUCCESS
+    before = (bw.status().gpu_instances, bw.status().compute_instances, bw.ops())
+    bw.fail_next(op, 1, 42)
+
+    def attempt() -> int:
+        if op == "gi_create":
+            return lib.create_gi(dev, BW_2G, 1, 1)[0]
+        if op == "ci_create":
+            return lib.create_ci(gi)[0]
+        if op == "gi_destroy":
+            return int(lib.nvmlGpuInstanceDestroy(gi))
+        if op == "ci_destroy":
+            return int(lib.nvmlComputeInstanceDestroy(ci))
+        return lib.set_mode(1)
+
+    assert attempt() == 42
+    assert (bw.status().gpu_instances, bw.status().compute_instances, bw.ops()) == before
+    assert attempt() == SUCCESS
+    assert bw.status().faults == []
+
+
+def best_fit_count(spec: simnode.ProfileSpec, occupied: set[int], existing: int) -> int:
+    """Brute force: most disjoint free legal placements of one profile (test oracle)."""
+    free = [set(range(s, s + spec.slices)) for s in spec.starts
+            if not set(range(s, s + spec.slices)) & occupied]
+    best = 0
+    for r in range(len(free) + 1):
+        for combo in itertools.combinations(free, r):
+            if sum(len(c) for c in combo) == len(set().union(*combo)):
+                best = max(best, r)
+    return min(best, spec.gi_count_max - existing)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_remaining_capacity_matches_brute_force_on_random_layouts(
+        sim_node_factory: Callable[..., simnode.SimNode], lib: Lib, seed: int) -> None:
+    node = sim_node_factory(model="hypo-x8", cards=1)
+    assert lib.set_mode(1) == SUCCESS
+    dev = lib.device(0)
+    rng = random.Random(seed)
+    live: dict[int, tuple[H, simnode.ProfileSpec, int]] = {}
+    for _ in range(40):
+        if live and rng.random() < 0.4:
+            gid = rng.choice(sorted(live))
+            assert lib.nvmlGpuInstanceDestroy(live.pop(gid)[0]) == SUCCESS
+        else:
+            spec = rng.choice(node.model.profiles)
+            start = rng.choice(spec.starts)
+            occupied = {s for _, p, st in live.values() for s in range(st, st + p.slices)}
+            rc, gi = lib.create_gi(dev, spec.id, start, spec.slices)
+            fits = not set(range(start, start + spec.slices)) & occupied
+            assert rc == (SUCCESS if fits else INSUFFICIENT_RESOURCES)
+            if rc == SUCCESS:
+                live[lib.gi_info(gi).id] = (gi, spec, start)
+        occupied = {s for _, p, st in live.values() for s in range(st, st + p.slices)}
+        for spec in node.model.profiles:
+            existing = sum(1 for _, p, _ in live.values() if p.id == spec.id)
+            assert lib.remaining(dev, spec.id) == best_fit_count(spec, occupied, existing)

@@ -109,6 +109,23 @@ def test_missing_hyhal_library_is_reported(sim_node: simnode.SimNode) -> None:
     assert result.stdout == "open hydmilib:libhydmi.so error\n" + NONE
 
 
+def test_per_tree_view_overrides(sim_node: simnode.SimNode) -> None:
+    assert hy_smi(sim_node, "-mig", "1").returncode == 0
+    _, uuid = carve(sim_node, "2g.15gb", 0)
+    env = sim_node.env({"PATH": os.environ.get("PATH", "")})
+    env.update({"HYDMI_PROBE_DEV": str(sim_node.root / "dev"),
+                "HYDMI_PROBE_REGISTRY": str(sim_node.registry_dir),
+                "HYDMI_PROBE_HYHAL": str(sim_node.root / "opt" / "hyhal"),
+                "DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
+    shown = subprocess.run([str(simnode.PROBE_PATH)], capture_output=True, text=True, env=env,
+                           check=False, timeout=60)
+    assert [d[5] for d in devices(shown.stdout)] == [uuid]
+    env["HYDMI_PROBE_REGISTRY"] = str(sim_node.root / "elsewhere")
+    hidden = subprocess.run([str(simnode.PROBE_PATH)], capture_output=True, text=True, env=env,
+                            check=False, timeout=60)
+    assert hidden.stdout == NONE
+
+
 # ------------------------------------------------------------------ minirun (root) ----------
 def allocate_response(node: simnode.SimNode, card: int, confs: list[Path],
                       envs: dict[str, str], conf_at: str | None = None) -> dict[str, Any]:
@@ -261,3 +278,19 @@ def test_container_holding_kfd_blocks_the_mode_switch(sim_node: simnode.SimNode,
     finally:
         workload.communicate(input="", timeout=60)
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
+
+
+@needs_root
+def test_minirun_accepts_protobuf_json_names(sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    assert hy_smi(sim_node, "-mig", "1").returncode == 0
+    conf, uuid = carve(sim_node, "2g.15gb", 0)
+    snake = allocate_response(sim_node, 0, [conf], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
+    camel = {
+        "envs": snake["envs"],
+        "mounts": [{"containerPath": m["container_path"], "hostPath": m["host_path"],
+                    "readOnly": m["read_only"]} for m in snake["mounts"]],
+        "devices": [{"containerPath": d["container_path"], "hostPath": d["host_path"],
+                     "permissions": d["permissions"]} for d in snake["devices"]],
+    }
+    shown = devices(minirun(sim_node, camel, tmp_path, "dcu-probe").stdout)
+    assert [d[5] for d in shown] == [uuid]

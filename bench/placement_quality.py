@@ -1,0 +1,221 @@
+"""Placement quality: how many requests each policy accepts on the same seeded streams, and how
+much slice-time it strands, against the best any placement could do.
+
+Two settings:
+- 8-card nodes of each model, long streams: every policy, the repacking reference and the LP
+  upper bound (bench/optimum.py explains why it is sound and why it is loose).
+- 1- and 2-card nodes, short streams: every policy against the exact clairvoyant optimum under
+  the allocator's admission rule (a request that fits somewhere is placed).
+Everything here is deterministic: seeds are fixed and nothing is timed.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from . import optimum
+from .policies import BASELINE, OURS, POLICIES, Policy
+from .proposed_policy import LEAST_DAMAGE, least_damage
+from .replay import Outcome, replay
+from .report import pct, ratio, table
+from .tables import CardModel, discover
+from .workload import MIXES, Request, seed_for, stream
+
+MODELS = ("c3000-bw", "hypo-x8")
+
+
+@dataclass(frozen=True)
+class Scale:
+    load: float
+    node_streams: int      # streams per (model, mix) on the 8-card node
+    node_requests: int
+    small: tuple[tuple[int, int, int], ...]  # (cards, streams, requests) for exact search
+
+
+FULL = Scale(load=1.0, node_streams=20, node_requests=2000,
+             small=((1, 40, 16), (2, 25, 12)))
+QUICK = Scale(load=1.0, node_streams=1, node_requests=200,
+              small=((1, 4, 10), (2, 2, 8)))
+
+
+@dataclass
+class Tally:
+    """Sums over the streams of one (model, mix) cell, plus per-stream acceptance."""
+
+    requests: int = 0
+    accepted: int = 0
+    offered: float = 0.0
+    stranded: float = 0.0
+    per_stream: list[float] = field(default_factory=list)
+
+    def add(self, outcome: Outcome) -> None:
+        self.requests += outcome.requests
+        self.accepted += outcome.accepted
+        self.offered += outcome.offered_slice_time
+        self.stranded += outcome.stranded_slice_time
+        self.per_stream.append(outcome.acceptance)
+
+    def add_count(self, requests: int, accepted: int) -> None:
+        self.requests += requests
+        self.accepted += accepted
+        self.per_stream.append(accepted / requests if requests else 1.0)
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.requests if self.requests else 1.0
+
+    @property
+    def stranded_share(self) -> float:
+        return self.stranded / self.offered if self.offered else 0.0
+
+
+@dataclass
+class Cell:
+    model: str
+    mix: str
+    policies: dict[str, Tally]
+    references: dict[str, Tally]
+    skipped: int = 0  # streams the exact search could not finish
+
+
+def paired_difference(a: Tally, b: Tally) -> tuple[float, float]:
+    """Mean per-stream acceptance difference a - b and its standard error."""
+    diffs = [x - y for x, y in zip(a.per_stream, b.per_stream, strict=True)]
+    mean = statistics.fmean(diffs)
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
+    return mean, se
+
+
+def _streams(card: CardModel, cards: int, mix: str, load: float, count: int,
+             requests: int) -> Iterable[list[Request]]:
+    for replica in range(count):
+        yield stream(card, cards, mix, load, requests, seed_for(card.model, cards, mix, replica))
+
+
+def node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
+    cells = []
+    for model in MODELS:
+        card = discover(model)
+        for mix in MIXES:
+            cell = Cell(model, mix, {name: Tally() for name in policies},
+                        {"repacking (ref.)": Tally(), "LP bound": Tally()})
+            for requests in _streams(card, 8, mix, scale.load, scale.node_streams,
+                                     scale.node_requests):
+                for name, policy in policies.items():
+                    cell.policies[name].add(replay(card, 8, requests, policy))
+                cell.references["repacking (ref.)"].add_count(
+                    len(requests), optimum.repacking_acceptance(card, 8, requests))
+                cell.references["LP bound"].add_count(
+                    len(requests), optimum.lp_bound(card, 8, requests))
+            cells.append(cell)
+    return cells
+
+
+def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Cell]]:
+    cells = []
+    for cards, count, size in scale.small:
+        for model in MODELS:
+            card = discover(model)
+            for mix in MIXES:
+                cell = Cell(model, mix, {name: Tally() for name in policies},
+                            {"optimum": Tally(), "LP bound": Tally()})
+                for requests in _streams(card, cards, mix, scale.load, count, size):
+                    try:
+                        best = optimum.exact(card, cards, requests, forced=True)
+                    except optimum.SearchTooLarge:
+                        cell.skipped += 1  # left out for every policy alike
+                        continue
+                    for name, policy in policies.items():
+                        cell.policies[name].add(replay(card, cards, requests, policy))
+                    cell.references["optimum"].add_count(len(requests), best)
+                    cell.references["LP bound"].add_count(
+                        len(requests), optimum.lp_bound(card, cards, requests))
+                cells.append((cards, cell))
+    return cells
+
+
+def node_table(cells: Sequence[Cell], bound: str = "LP bound") -> str:
+    names = list(cells[0].policies) + list(cells[0].references)
+    rows = []
+    for cell in cells:
+        base = cell.policies[BASELINE].acceptance
+        top = cell.references[bound].acceptance
+        for name in names:
+            tally = cell.policies.get(name) or cell.references[name]
+            stranded = pct(tally.stranded_share) if name in cell.policies else ""
+            rows.append([f"{cell.model} {cell.mix} | {name}", pct(tally.acceptance),
+                         ratio(tally.acceptance, base), ratio(tally.acceptance, top), stranded])
+    return table(["model mix | policy", "accepted", "/baseline", f"/{bound}", "stranded"], rows)
+
+
+def small_table(cells: Sequence[tuple[int, Cell]]) -> str:
+    rows = []
+    for cards, cell in cells:
+        best = cell.references["optimum"].acceptance
+        row: list[object] = [f"{cards} card {cell.model} {cell.mix}", pct(best),
+                             ratio(best, cell.references["LP bound"].acceptance)]
+        row += [ratio(t.acceptance, best) for t in cell.policies.values()]
+        row.append(cell.skipped or "")
+        rows.append(row)
+    names = list(cells[0][1].policies)
+    return table(["node model mix", "optimum", "opt/LP bound"] + [f"{n} /opt" for n in names]
+                 + ["skipped"], rows)
+
+
+def verdicts(node: Sequence[Cell], small: Sequence[tuple[int, Cell]], ours: str) -> list[str]:
+    lines = []
+    behind = []
+    for cell in node:
+        mean, se = paired_difference(cell.policies[ours], cell.policies[BASELINE])
+        lines.append(f"  8-card {cell.model} {cell.mix}: {ours} - baseline = "
+                     f"{100 * mean:+.3f} pts (s.e. {100 * se:.3f})")
+        if mean < 0:
+            behind.append(f"{cell.model} {cell.mix}")
+    for cards, cell in small:
+        if cell.policies[ours].accepted < cell.policies[BASELINE].accepted:
+            behind.append(f"{cards}-card {cell.model} {cell.mix}")
+    verdict = "HOLDS" if not behind else "FAILS on " + ", ".join(behind)
+    lines.insert(0, f"{ours} >= baseline on every mix: {verdict}")
+    to_opt = statistics.fmean(
+        c.policies[ours].acceptance / c.references["optimum"].acceptance for _, c in small)
+    to_bound = statistics.fmean(
+        c.policies[ours].acceptance / c.references["LP bound"].acceptance for c in node)
+    to_repack = statistics.fmean(
+        c.policies[ours].acceptance / c.references["repacking (ref.)"].acceptance for c in node)
+    lines.append(f"{ours} / exact optimum (1-2 cards), mean over cells: {to_opt:.4f} "
+                 f"-> within 2%: {'HOLDS' if to_opt >= 0.98 else 'FAILS'}")
+    lines.append(f"{ours} / LP upper bound (8 cards), mean over cells: {to_bound:.4f} "
+                 f"-> within 2%: {'HOLDS' if to_bound >= 0.98 else 'FAILS'}")
+    lines.append(f"{ours} / repacking reference (8 cards, not a bound): {to_repack:.4f}")
+    return lines
+
+
+def run(quick: bool = False, extra: dict[str, Policy] | None = None,
+        scale: Scale | None = None) -> str:
+    scale = scale or (QUICK if quick else FULL)
+    if extra is None:
+        extra = {LEAST_DAMAGE: least_damage}
+    policies = dict(POLICIES) | extra
+    out = ["== placement quality ==",
+           f"offered load {scale.load:.2f} (mean slices asked for / node slices); mixes by "
+           "profile width rank; stranded = slice-time refused while enough slices were free"]
+    for model in MODELS:
+        out.append("  " + discover(model).describe())
+    node = node_cells(scale, policies)
+    out.append("")
+    out.append(f"8-card nodes: {scale.node_streams} stream(s) x {scale.node_requests} requests "
+               "per cell")
+    out.append(node_table(node))
+    small = small_cells(scale, policies)
+    out.append("")
+    sizes = ", ".join(f"{c} card: {n} x {r} requests" for c, n, r in scale.small)
+    out.append(f"small nodes against the exact clairvoyant optimum ({sizes})")
+    out.append(small_table(small))
+    out.append("")
+    for name in policies:
+        if name == OURS or name not in POLICIES:
+            out.extend(verdicts(node, small, name))
+    return "\n".join(out)

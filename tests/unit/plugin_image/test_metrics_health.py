@@ -1,0 +1,85 @@
+"""Prometheus text, liveness/readiness endpoint, structured logs, Kubernetes access list."""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+
+from hygon_dcu_plugin.health import HealthServer
+from hygon_dcu_plugin.kube import API_ACCESS, pod_from_api
+from hygon_dcu_plugin.logs import JsonFormatter
+from hygon_dcu_plugin.metrics import Metrics
+from kubernetes import client
+
+
+def test_metrics_text() -> None:
+    metrics = Metrics()
+    metrics.allocations.inc(profile="2g.15gb")
+    metrics.allocation_failures.inc(reason="no_capacity")
+    metrics.live_instances.set_all({(("profile", "2g.15gb"),): 3})
+    metrics.allocate_seconds.observe(0.03)
+    text = metrics.render()
+    assert 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
+    assert 'hygon_dcu_allocation_failures_total{reason="no_capacity"} 1' in text
+    assert 'hygon_dcu_live_instances{profile="2g.15gb"} 3' in text
+    assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.025"} 0' in text
+    assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.05"} 1' in text
+    assert "hygon_dcu_allocate_duration_seconds_count 1" in text
+    assert "# TYPE hygon_dcu_reclaim_actions_total counter" in text
+
+
+def get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_health_endpoint() -> None:
+    state = {"ready": False}
+    server = HealthServer("127.0.0.1:0", lambda: True, lambda: state["ready"],
+                          lambda: "m 1\n")
+    server.start()
+    try:
+        assert get(server.port, "/healthz") == (200, "ok\n")
+        assert get(server.port, "/readyz")[0] == 503
+        state["ready"] = True
+        assert get(server.port, "/readyz") == (200, "ok\n")
+        assert get(server.port, "/metrics") == (200, "m 1\n")
+        assert get(server.port, "/other")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_logs_are_json_lines_with_extra_fields() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "granted", (), None)
+    record.uuid = "abc"
+    line = json.loads(JsonFormatter().format(record))
+    assert line["msg"] == "granted" and line["uuid"] == "abc" and line["level"] == "info"
+
+
+def test_every_kubernetes_call_is_listed_for_rbac() -> None:
+    assert set(API_ACCESS) == {("", "pods", "get"), ("", "pods", "patch"),
+                               ("", "pods", "list"), ("", "pods", "watch")}
+
+
+def test_pod_from_the_kubernetes_client() -> None:
+    obj = client.V1Pod(
+        metadata=client.V1ObjectMeta(
+            name="p", namespace="ns", uid="u1",
+            creation_timestamp=datetime(2026, 1, 1, tzinfo=UTC),
+            deletion_timestamp=datetime(2026, 1, 2, tzinfo=UTC)),
+        spec=client.V1PodSpec(
+            containers=[client.V1Container(name="main", resources=client.V1ResourceRequirements(
+                limits={"hygon.com/dcu.partitioned": "1"}))],
+            init_containers=[client.V1Container(name="init")]),
+        status=client.V1PodStatus(phase="Running"))
+    pod = pod_from_api(obj)
+    assert (pod.key, pod.uid, pod.phase, pod.deleting) == ("ns/p", "u1", "Running", True)
+    assert pod.containers[0].limits == {"hygon.com/dcu.partitioned": "1"}
+    assert pod.init_containers[0].limits == {}
+    assert pod.created == datetime(2026, 1, 1, tzinfo=UTC).timestamp()

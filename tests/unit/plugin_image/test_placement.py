@@ -1,0 +1,98 @@
+"""The placement policy, pure: any profile table, not only BW."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hygon_dcu_plugin.placement import CardView, choose, free_placements, remaining
+from hypothesis import given
+from hypothesis import strategies as st
+
+
+@dataclass(frozen=True)
+class P:
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Prof:
+    name: str
+    slices: int
+    placements: tuple[P, ...]
+
+
+BW = (Prof("2g", 1, tuple(P(s, 1) for s in range(4))), Prof("4g", 2, (P(0, 2), P(2, 2))),
+      Prof("8g", 4, (P(0, 4),)))
+# Invented table: 6 slices, an unaligned 3-slice profile, overlapping legal placements.
+ODD = (Prof("1s", 1, tuple(P(s, 1) for s in range(6))), Prof("3s", 3, (P(0, 3), P(2, 3),
+       P(3, 3))), Prof("6s", 6, (P(0, 6),)))
+
+
+def card(index: int, occupied: set[int], profiles: tuple[Prof, ...] = BW,
+         slices: int = 4) -> CardView:
+    return CardView(index, f"pci{index}", slices, profiles, frozenset(occupied))
+
+
+def test_pack_picks_the_fullest_card_that_fits() -> None:
+    cards = [card(0, set()), card(1, {0}), card(2, {0, 1, 2, 3})]
+    choice = choose(cards, "2g")
+    assert choice is not None and choice.card.index == 1
+
+
+def test_spread_picks_the_emptiest_card() -> None:
+    cards = [card(0, {0}), card(1, set()), card(2, {0, 1})]
+    choice = choose(cards, "2g", "spread")
+    assert choice is not None and choice.card.index == 1
+
+
+def test_within_a_card_the_widest_aligned_block_stays_free() -> None:
+    # Slice 0 taken: a 1-slice instance goes to slice 1, keeping 2:2 free for a 4g.
+    choice = choose([card(0, {0})], "2g")
+    assert choice is not None and choice.placement.start == 1
+    # Slice 2 taken: it goes to slice 3, keeping 0:2.
+    choice = choose([card(0, {2})], "2g")
+    assert choice is not None and choice.placement.start == 3
+
+
+def test_never_reuses_an_occupied_slice_and_says_none_when_full() -> None:
+    assert choose([card(0, {0, 2})], "4g") is None
+    assert choose([card(0, {1}), card(1, {3})], "8g") is None
+    choice = choose([card(0, {1}), card(1, {3})], "4g")
+    # Equally full: the lower index wins; its only free 4g block is 2:2.
+    assert choice is not None and (choice.card.index, choice.placement.start) == (0, 2)
+
+
+def test_works_for_another_profile_table() -> None:
+    odd = card(0, {0}, ODD, 6)
+    assert remaining(ODD[1], odd.occupied) == 1  # 3:3 only (2:3 overlaps it)
+    choice = choose([odd], "3s")
+    # 2:3 and 3:3 leave the same room (two single slices): the lower start wins.
+    assert choice is not None and choice.placement.start == 2
+    choice = choose([odd], "1s")
+    assert choice is not None
+    # The 1-slice instance keeps a 3-slice placement free.
+    after = odd.occupied | {choice.placement.start}
+    assert remaining(ODD[1], frozenset(after)) == 1
+
+
+def test_unknown_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown placement policy"):
+        choose([card(0, set())], "2g", "random")
+
+
+@given(st.sets(st.integers(0, 5)), st.sampled_from(["1s", "3s", "6s"]),
+       st.sampled_from(["pack", "spread"]))
+def test_choice_is_always_free_and_legal(occupied: set[int], profile: str, policy: str) -> None:
+    view = card(0, occupied, ODD, 6)
+    prof = view.profile(profile)
+    assert prof is not None
+    choice = choose([view], profile, policy)
+    free = free_placements(prof, view.occupied)
+    if choice is None:
+        assert free == []
+    else:
+        assert choice.placement in free
+        taken = set(range(choice.placement.start, choice.placement.start + choice.placement.size))
+        assert not taken & occupied

@@ -1,0 +1,62 @@
+"""Ownership records: atomic, private, fail closed."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from hygon_dcu_plugin.records import Record, RecordStore
+
+
+def record(uuid: str = "0a0b0c0d-0000-4000-8000-000000000001") -> Record:
+    return Record(uuid=uuid, card_pci="0000:09:00.0", card_index=0, gpu_instance_id=3,
+                  compute_instance_id=0, profile="2g.15gb", placement_start=0, placement_size=1,
+                  conf_path="/etc/dmi_mig_config/ci/dev0gi3ci0.conf", namespace="ns",
+                  pod_name="p", pod_uid="u-1", containers=("main",),
+                  device_ids=("partition-000",), created_at=1.5)
+
+
+def test_round_trip_with_private_modes(tmp_path: Path) -> None:
+    store = RecordStore(str(tmp_path / "records"))
+    store.write(record())
+    loaded = store.load()
+    assert loaded.records == [record()] and loaded.unreadable == []
+    assert stat.S_IMODE(os.stat(tmp_path / "records").st_mode) == 0o700
+    path = tmp_path / "records" / (record().uuid + ".json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    store.remove(record())
+    assert store.load().records == []
+
+
+def test_a_loose_directory_mode_is_tightened(tmp_path: Path) -> None:
+    directory = tmp_path / "records"
+    directory.mkdir(mode=0o755)
+    RecordStore(str(directory)).write(record())
+    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
+
+
+def test_unparsable_records_are_reported_never_dropped(tmp_path: Path) -> None:
+    store = RecordStore(str(tmp_path))
+    store.write(record())
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "other.txt").write_text("x")
+    wrong = record("0a0b0c0d-0000-4000-8000-000000000002").to_json()
+    (tmp_path / "0a0b0c0d-0000-4000-8000-000000000003.json").write_text(wrong)
+    future = record().to_json().replace('"schema": 1', '"schema": 9')
+    (tmp_path / "0a0b0c0d-0000-4000-8000-000000000004.json").write_text(future)
+    loaded = store.load()
+    assert loaded.records == [record()]
+    reasons = {Path(p).name: why for p, why in loaded.unreadable}
+    assert set(reasons) == {"bad.json", "other.txt", "0a0b0c0d-0000-4000-8000-000000000003.json",
+                            "0a0b0c0d-0000-4000-8000-000000000004.json"}
+    assert "unknown schema 9" in reasons["0a0b0c0d-0000-4000-8000-000000000004.json"]
+    assert "not its file name" in reasons["0a0b0c0d-0000-4000-8000-000000000003.json"]
+
+
+def test_a_half_written_temp_file_is_not_a_record_and_is_removed_at_start(tmp_path: Path) -> None:
+    store = RecordStore(str(tmp_path))
+    (tmp_path / "x.json.tmp").write_text("{")
+    assert store.load().records == [] and store.load().unreadable == []
+    assert store.remove_temporaries() == ["x.json.tmp"]
+    assert not (tmp_path / "x.json.tmp").exists()

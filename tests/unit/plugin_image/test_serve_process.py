@@ -1,0 +1,150 @@
+"""`hygon-dcu-plugin serve` as a process: the real CLI, kubernetes client and PodResources
+client against the kubelet emulator, a minimal API server and the simulated node; the kill
+hook through the environment, then a restart that converges."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+import simnode
+from fake_apiserver import FakeApiServer
+from hygon_dcu_plugin.cli import KILL_AT_ENV
+from hygon_dcu_plugin.vocabulary import FAMILY
+from kubelet_emulator import KubeletEmulator
+
+REPO = Path(__file__).resolve().parents[3]
+P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
+LIMITS = {FAMILY: "1", P2G: "1"}
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Plugin:
+    def __init__(self, sim: simnode.SimNode, state: Path, api: FakeApiServer,
+                 kubelet: KubeletEmulator) -> None:
+        self.port = free_port()
+        self.argv = [
+            sys.executable, "-m", "hygon_dcu_plugin", "serve",
+            "--host-root", str(sim.root), "--answer-root", str(sim.root),
+            "--library-path", str(simnode.LIB_PATH),
+            "--device-plugin-dir", kubelet.plugin_dir,
+            "--pod-resources-socket", kubelet.pod_resources_socket,
+            "--records-dir", str(state / "records"), "--lock-dir", str(state / "locks"),
+            "--kubeconfig", str(api.kubeconfig(state / "kubeconfig")),
+            "--node-name", "node-1", "--grace-seconds", "0", "--resync-seconds", "0.3",
+            "--health-address", f"127.0.0.1:{self.port}",
+        ]
+        self.env = {**sim.env(), "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "plugin_image" / "src"), str(REPO / ".venv" / "collections")])}
+        self.process: subprocess.Popen[str] | None = None
+
+    def start(self, kill_at: str | None = None) -> None:
+        env = dict(self.env)
+        if kill_at:
+            env[KILL_AT_ENV] = kill_at
+        self.process = subprocess.Popen(self.argv, env=env, stderr=subprocess.PIPE, text=True)
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
+                                        timeout=5) as reply:
+                return reply.status, reply.read().decode()
+        except OSError:
+            return 0, ""
+
+    def stop(self) -> tuple[int, str]:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        _, err = self.process.communicate(timeout=30)
+        return self.process.returncode, err
+
+
+@pytest.fixture
+def world(bw_node: simnode.SimNode, short_tmp: Path
+          ) -> Iterator[tuple[Plugin, KubeletEmulator, FakeApiServer]]:
+    api = FakeApiServer()
+    api.start()
+    kubelet = KubeletEmulator(str(short_tmp / "dp"), str(short_tmp / "pr" / "kubelet.sock"))
+    kubelet.start()
+    plugin = Plugin(bw_node, short_tmp, api, kubelet)
+    yield plugin, kubelet, api
+    if plugin.process and plugin.process.poll() is None:
+        plugin.stop()
+    kubelet.stop()
+    api.stop()
+
+
+def ready(kubelet: KubeletEmulator) -> bool:
+    counts: dict[str, int] = kubelet.counts()
+    return counts.get(FAMILY) == 32 and counts.get(P2G) == 32
+
+
+def wait_until(predicate: object, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_serve_registers_allocates_reports_and_stops(
+        world: tuple[Plugin, KubeletEmulator, FakeApiServer]) -> None:
+    plugin, kubelet, api = world
+    plugin.start()
+    assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
+    assert wait_until(lambda: plugin.get("/readyz")[0] == 200)
+    api.add_pod("team", "train", str(uuid.uuid4()), LIMITS)
+    responses = kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
+    assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
+    annotation = api.pods["team/train"]["metadata"]["annotations"][
+        "hygon.com/dcu.partition.main"]
+    assert json.loads(annotation)["profile"] == "2g.15gb"
+    assert api.list_calls >= 1  # the pods of the node, read through the real client
+    status, text = plugin.get("/metrics")
+    assert status == 200 and 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
+    api.delete_pod("team", "train")
+    kubelet.remove_pod("team", "train")
+    assert kubelet.wait_for(lambda: kubelet.counts().get("hygon.com/dcu.partitioned.mig-4g.31gb")
+                            == 16)
+    code, err = plugin.stop()
+    assert code == 0, err
+    assert '"msg": "partition granted"' in err  # structured log lines
+
+
+@pytest.mark.parametrize("step", ["compute_instance_created", "record_written"])
+def test_killed_through_the_hook_then_restarted_converges(
+        world: tuple[Plugin, KubeletEmulator, FakeApiServer], bw_node: simnode.SimNode,
+        step: str) -> None:
+    plugin, kubelet, api = world
+    plugin.start(kill_at=step)
+    assert kubelet.wait_for(lambda: ready(kubelet))
+    api.add_pod("team", "victim", str(uuid.uuid4()), LIMITS)
+    with pytest.raises(grpc.RpcError):
+        kubelet.admit("team", "victim", "main", {FAMILY: 1, P2G: 1})
+    assert plugin.process is not None
+    assert plugin.process.wait(timeout=30) == -signal.SIGKILL
+    assert bw_node.status().gpu_instances
+    api.set_phase("team", "victim", "Failed")  # the kubelet rejected the pod
+    plugin.start()
+    assert wait_until(lambda: not bw_node.status().gpu_instances)
+    assert kubelet.wait_for(lambda: ready(kubelet))
+    code, err = plugin.stop()
+    assert code == 0, err

@@ -1,0 +1,157 @@
+"""The mig_node role with its Kubernetes steps on, against fake_cluster.FakeCluster (an
+in-process API that plays the device-plugin DaemonSet, the kubelet and PodDisruptionBudgets)
+and a simulated node whose /dev/kfd is really held by the plugin and workload pods."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import simnode
+
+from .fake_cluster import PARK_LABEL, FakeCluster, running
+from .runner import node_vars, run_playbook
+
+EVICT_LABEL = "hygon.com/dcu.evict"
+
+
+@pytest.fixture
+def cluster(sim_node: simnode.SimNode) -> Iterator[FakeCluster]:
+    yield from running(FakeCluster(sim_node))
+
+
+def cluster_vars(cluster: FakeCluster, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "hygon_dcu_manage_kubernetes": True,
+        "hygon_dcu_node_name": cluster.node_name,
+        "hygon_dcu_kubeconfig": str(cluster.write_kubeconfig(tmp_path / "kubeconfig")),
+        "hygon_dcu_eviction_timeout": 20,
+        "hygon_dcu_plugin_timeout": 20,
+        "hygon_dcu_holders_timeout": 10,
+        "hygon_dcu_resources_timeout": 20,
+    }
+    return node_vars(cluster.node, **{**settings, **overrides})
+
+
+def writes(cluster: FakeCluster) -> list[tuple[str, str]]:
+    return [(method, path) for method, path in cluster.requests if method != "GET"]
+
+
+def test_enable_evicts_only_dcu_pods_through_their_budget_and_restarts_the_plugin(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1", "cpu": "2"})
+    cluster.add_pod("web", limits={"cpu": "1"})
+    cluster.pdb_refusals["trainer"] = 2
+    first_plugin = cluster.plugin_pod()
+    assert first_plugin is not None
+
+    run = run_playbook("enable_mig", extra_vars=cluster_vars(cluster, tmp_path))
+
+    assert run.returncode == 0, run.output
+    assert cluster.node.status().mode == 1
+    # The budget refused twice, the third eviction went through; the CPU pod was left alone.
+    assert cluster.eviction_attempts == {"trainer": 3}
+    assert ("ml", "trainer") not in cluster.pods
+    assert EVICT_LABEL not in cluster.pods[("ml", "web")]["metadata"]["labels"]
+    # A fresh plugin pod serves the new mode; the node is unparked and schedulable again.
+    plugin = cluster.plugin_pod()
+    assert plugin is not None
+    assert plugin["metadata"]["name"] != first_plugin["metadata"]["name"]
+    assert cluster.served_mode() == "enabled"
+    assert PARK_LABEL not in cluster.node_object["metadata"]["labels"]
+    assert cluster.node_object["spec"].get("unschedulable") is False
+
+
+def test_a_node_already_in_the_mode_is_not_even_cordoned(sim_node: simnode.SimNode,
+                                                         tmp_path: Path) -> None:
+    subprocess.run([str(simnode.HY_SMI_PATH), "-mig", "1"], env=sim_node.env(), check=True,
+                   capture_output=True)
+    for cluster in running(FakeCluster(sim_node)):
+        run = run_playbook("enable_mig", extra_vars=cluster_vars(cluster, tmp_path))
+
+        assert run.returncode == 0, run.output
+        assert run.changed == 0
+        assert writes(cluster) == []
+
+
+def test_a_holder_that_never_leaves_unparks_the_plugin_and_uncordons(
+        cluster: FakeCluster, tmp_path: Path,
+        kfd_holder: Callable[[Path], Any]) -> None:
+    kfd_holder(cluster.node.kfd)
+
+    run = run_playbook("enable_mig",
+                       extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_holders_timeout=2))
+
+    assert run.returncode != 0
+    message = run.failure_messages()[-1]
+    assert "stage 'wait for /dev/kfd holders' failed" in message
+    assert "NODE STATE: partition mode disabled" in message
+    assert "device plugin unparked" in message
+    assert "node uncordoned" in message
+    assert cluster.node.status().mode == 0
+    assert PARK_LABEL not in cluster.node_object["metadata"]["labels"]
+    assert cluster.node_object["spec"].get("unschedulable") is False
+    assert cluster.plugin_pod() is not None
+
+
+def test_a_budget_that_never_allows_the_eviction_fails_clearly_before_any_switch(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster.add_pod("trainer", limits={"hygon.com/dcu": "1"})
+    cluster.pdb_refusals["trainer"] = None
+
+    run = run_playbook("enable_mig",
+                       extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_eviction_timeout=3))
+
+    assert run.returncode != 0
+    message = run.failure_messages()[-1]
+    assert "stage 'evict' failed" in message
+    assert "disruption budget" in message
+    assert "device plugin not parked by this run" in message
+    assert "node uncordoned" in message
+    assert cluster.eviction_attempts["trainer"] >= 2
+    assert ("ml", "trainer") in cluster.pods
+    assert cluster.node.status().mode == 0
+    assert cluster.node_object["spec"].get("unschedulable") is False
+
+
+def test_recover_restarts_a_plugin_serving_the_old_mode_and_deletes_lost_grants_on_request(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    # The plugin pod started while the mode was off; then the driver's persisted mode came up
+    # on (a boot that applied a switch). The running plugin holds /dev/kfd, so hy-smi cannot be
+    # used here: set the simulated driver's mode file directly.
+    with cluster.node.locked():
+        (cluster.node.sim_dir / "mode").write_text("1\n")
+    grant = {"card": "0000:09:00.0", "profile": "2g.15gb", "placement": "0:1",
+             "uuid": "9e1c44b0-1d2b-4c4e-8f1a-2b3c4d5e6f70"}
+    cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1"},
+                    annotations={"hygon.com/dcu.partition.main": json.dumps(grant)})
+    cluster.add_pod("web", limits={"cpu": "1"})
+    assert cluster.served_mode() == "disabled"
+
+    run = run_playbook("reboot_recovery", extra_vars=cluster_vars(
+        cluster, tmp_path, hygon_dcu_mig_state="enabled",
+        hygon_dcu_recover_delete_stale_pods=True))
+
+    assert run.returncode == 0, run.output
+    assert cluster.plugin_starts == 2
+    assert cluster.served_mode() == "enabled"
+    assert ("ml", "trainer") not in cluster.pods
+    assert ("ml", "web") in cluster.pods
+    assert "1 pod(s) hold a partition grant that no longer exists: ml/trainer" in run.output
+
+
+def test_a_node_name_the_cluster_does_not_know_is_refused_before_anything_happens(
+        cluster: FakeCluster, tmp_path: Path) -> None:
+    run = run_playbook("enable_mig", extra_vars=cluster_vars(
+        cluster, tmp_path, hygon_dcu_node_name="gpu-node-404"))
+
+    assert run.returncode != 0
+    message = run.failure_messages()[-1]
+    assert "the cluster has no Node named 'gpu-node-404'" in message
+    assert "node not cordoned by this run" in message
+    assert writes(cluster) == []
+    assert cluster.node.status().mode == 0
