@@ -18,6 +18,7 @@ Run as root to see every process's fds (the load is the script's own children ei
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import os
 import shutil
@@ -39,11 +40,16 @@ def _import_find_holders() -> Callable[..., list[Any]]:
     try:
         holders = importlib.import_module(name)
     except ImportError:
-        # Outside the dev venv: expose the repository under its collection name.
-        link_root = Path(tempfile.mkdtemp(prefix="holder-bench-"))
-        (link_root / "ansible_collections" / "hygon").mkdir(parents=True)
-        (link_root / "ansible_collections" / "hygon" / "dcu").symlink_to(REPO)
-        sys.path.insert(0, str(link_root))
+        dev_collections = REPO / ".venv" / "collections"
+        if (dev_collections / "ansible_collections" / "hygon" / "dcu").exists():
+            sys.path.insert(0, str(dev_collections))
+        else:
+            # No dev venv: expose the repository under its collection name for this run.
+            link_root = Path(tempfile.mkdtemp(prefix="holder-bench-import-"))
+            atexit.register(shutil.rmtree, link_root, True)
+            (link_root / "ansible_collections" / "hygon").mkdir(parents=True)
+            (link_root / "ansible_collections" / "hygon" / "dcu").symlink_to(REPO)
+            sys.path.insert(0, str(link_root))
         holders = importlib.import_module(name)
     find_holders: Callable[..., list[Any]] = holders.find_holders
     return find_holders
@@ -97,13 +103,15 @@ def synthetic_load(
 def runbook_loop(target: Path) -> set[int]:
     # The runbook's loop, as an operator types it: one ls and one grep per process.
     script = (
-        'for p in /proc/*/fd; do '
+        "for p in /proc/*/fd; do "
         'if ls -l "$p" 2>/dev/null | grep -q -- "$1"; then echo "$p"; fi; '
         "done"
     )
     output = subprocess.run(
         ["bash", "-c", script, "runbook", str(target)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout
     return {int(line.split("/")[2]) for line in output.split() if line.startswith("/proc/")}
 

@@ -72,8 +72,13 @@ def sim_node_factory(
     """``factory(model="c3000-bw", cards=2, virtualization=True, name=None, set_env=True)``."""
     made: list[int] = [0]
 
-    def factory(model: str = "c3000-bw", cards: int = 2, virtualization: bool = True,
-                name: str | None = None, set_env: bool = True) -> simnode.SimNode:
+    def factory(
+        model: str = "c3000-bw",
+        cards: int = 2,
+        virtualization: bool = True,
+        name: str | None = None,
+        set_env: bool = True,
+    ) -> simnode.SimNode:
         made[0] += 1
         root = tmp_path / (name or f"node{made[0]}")
         node = simnode.init(root, model=model, cards=cards, virtualization=virtualization)
@@ -117,7 +122,9 @@ def kfd_holder() -> Iterator[Callable[[str | os.PathLike[str]], Holder]]:
     def hold(path: str | os.PathLike[str]) -> Holder:
         proc = subprocess.Popen(
             [sys.executable, "-c", _HOLD_SCRIPT, os.fspath(path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         holder = Holder(Path(path), proc)
         holders.append(holder)

@@ -50,9 +50,7 @@ def card_facts(card: Card) -> dict[str, Any]:
         "error": card.error,
         "profiles": [profile_facts(profile) for profile in card.profiles],
         "occupied_slices": sorted(card.occupied),
-        "remaining": {
-            profile.name: card.remaining.get(profile.id, 0) for profile in card.profiles
-        },
+        "remaining": {profile.name: card.remaining.get(profile.id, 0) for profile in card.profiles},
         "free_placements": {
             profile.name: [str(p) for p in card.free_placements(profile)]
             for profile in card.profiles

@@ -400,18 +400,16 @@ class HydmiLibrary:
         return current.value, pending.value
 
     # GPU instances
-    def gpu_instance_profile(self, device: ctypes.c_void_p, width_index: int) -> (
-        GpuInstanceProfileInfo
-    ):
+    def gpu_instance_profile(
+        self, device: ctypes.c_void_p, width_index: int
+    ) -> GpuInstanceProfileInfo:
         info = GpuInstanceProfileInfo()
-        self.call(
-            "nvmlDeviceGetGpuInstanceProfileInfo", device, width_index, ctypes.byref(info)
-        )
+        self.call("nvmlDeviceGetGpuInstanceProfileInfo", device, width_index, ctypes.byref(info))
         return info
 
-    def possible_placements(self, device: ctypes.c_void_p, profile_id: int) -> list[
-        tuple[int, int]
-    ]:
+    def possible_placements(
+        self, device: ctypes.c_void_p, profile_id: int
+    ) -> list[tuple[int, int]]:
         buffer = (PlacementStruct * ARRAY_CAPACITY)()
         count = ctypes.c_uint(ARRAY_CAPACITY)
         name = "nvmlDeviceGetGpuInstancePossiblePlacements"
@@ -444,13 +442,9 @@ class HydmiLibrary:
     def gpu_instances(self, device: ctypes.c_void_p, profile_id: int) -> list[ctypes.c_void_p]:
         return self._array("nvmlDeviceGetGpuInstances", device, profile_id)
 
-    def gpu_instance_by_id(self, device: ctypes.c_void_p, gpu_instance_id: int) -> (
-        ctypes.c_void_p
-    ):
+    def gpu_instance_by_id(self, device: ctypes.c_void_p, gpu_instance_id: int) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
-        self.call(
-            "nvmlDeviceGetGpuInstanceById", device, gpu_instance_id, ctypes.byref(handle)
-        )
+        self.call("nvmlDeviceGetGpuInstanceById", device, gpu_instance_id, ctypes.byref(handle))
         return handle
 
     def gpu_instance_info(self, gpu_instance: ctypes.c_void_p) -> GpuInstanceInfo:
@@ -474,9 +468,9 @@ class HydmiLibrary:
         )
         return info
 
-    def create_compute_instance(self, gpu_instance: ctypes.c_void_p, profile_id: int) -> (
-        ctypes.c_void_p
-    ):
+    def create_compute_instance(
+        self, gpu_instance: ctypes.c_void_p, profile_id: int
+    ) -> ctypes.c_void_p:
         handle = ctypes.c_void_p()
         self.call(
             "nvmlGpuInstanceCreateComputeInstance",
@@ -486,9 +480,9 @@ class HydmiLibrary:
         )
         return handle
 
-    def compute_instances(self, gpu_instance: ctypes.c_void_p, profile_id: int) -> list[
-        ctypes.c_void_p
-    ]:
+    def compute_instances(
+        self, gpu_instance: ctypes.c_void_p, profile_id: int
+    ) -> list[ctypes.c_void_p]:
         return self._array("nvmlGpuInstanceGetComputeInstances", gpu_instance, profile_id)
 
     def destroy_gpu_instance(self, gpu_instance: ctypes.c_void_p) -> None:

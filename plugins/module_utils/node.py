@@ -353,8 +353,17 @@ class Node:
                 computes = self._compute_instances(live.handle, live.profile.slices)
                 if not computes:
                     result.append(
-                        Instance(index, pci, live.info.id, None, live.profile, placement,
-                                 None, None, None)
+                        Instance(
+                            index,
+                            pci,
+                            live.info.id,
+                            None,
+                            live.profile,
+                            placement,
+                            None,
+                            None,
+                            None,
+                        )
                     )
                 for _handle, compute_id in computes:
                     record = registry.record(index, live.info.id, compute_id)

@@ -81,9 +81,9 @@ class Registry:
     records: list[ConfRecord] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def record(self, card_index: int, gpu_instance_id: int, compute_instance_id: int) -> (
-        ConfRecord | None
-    ):
+    def record(
+        self, card_index: int, gpu_instance_id: int, compute_instance_id: int
+    ) -> ConfRecord | None:
         for entry in self.records:
             key = (entry.card_index, entry.gpu_instance_id, entry.compute_instance_id)
             if key == (card_index, gpu_instance_id, compute_instance_id):
@@ -461,9 +461,7 @@ def _sweep_one(
         return
     except OSError as exc:
         detail = (
-            "directory is not empty; left alone"
-            if exc.errno == errno.ENOTEMPTY
-            else _describe(exc)
+            "directory is not empty; left alone" if exc.errno == errno.ENOTEMPTY else _describe(exc)
         )
         result.kept.append(Finding("poison", canonical, detail))
         return

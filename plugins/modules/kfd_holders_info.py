@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # Copyright: hygon.dcu contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Apache-2.0 code may be combined into works under the GNU General Public License version 3,
+# the license of ansible-core, which runs this module.
 
 from __future__ import annotations
 

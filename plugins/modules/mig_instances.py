@@ -1,6 +1,8 @@
 #!/usr/bin/python
 # Copyright: hygon.dcu contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# Apache-2.0 code may be combined into works under the GNU General Public License version 3,
+# the license of ansible-core, which runs this module.
 
 from __future__ import annotations
 
@@ -182,7 +184,9 @@ def _expected_uuid(entries: list[Instance]) -> str | None:
     return uuids.pop() if len(uuids) == 1 else None
 
 
-def _holder_pids(node: Node, entries: list[Instance]) -> list[str]:
+def _holders_of(entries: list[Instance]) -> list[str]:
+    """Processes with the instances' conf files open: a hint at who uses them (a workload can
+    also use an instance without keeping its conf file open, so an empty list proves nothing)."""
     described: list[str] = []
     for entry in entries:
         if entry.conf_host_path:
@@ -218,7 +222,7 @@ def apply(node: Node, plan: Plan, wait_timeout: int, retry_interval: float) -> O
         for entry in entries:
             facts = instance_facts(entry)
             facts["reason"] = last_error.get(id(entries), "in use")
-            facts["holders"] = _holder_pids(node, [entry])
+            facts["holders"] = _holders_of([entry])
             outcome.remaining.append(facts)
     return outcome
 

@@ -226,5 +226,5 @@ def test_container_registers_advertises_and_allocates(deployment: Deployment,
     annotations = deployment.api.annotations("default", "w1")
     assert json.loads(annotations["hygon.com/dcu.partition.main"])["profile"] == "2g.15gb"
     used = {request.access for request in deployment.api.requests}
-    assert {("", "pods", "get"), ("", "pods", "patch")} <= used
+    assert ("", "pods", "patch") in used
     assert used <= set(API_ACCESS)

@@ -75,8 +75,14 @@ MODELS: dict[str, Model] = {
         pci_vendor="1d94",
         gi_id_base=3,
         pci_addresses=(
-            "0000:09:00.0", "0000:0c:00.0", "0000:49:00.0", "0000:4c:00.0",
-            "0000:89:00.0", "0000:8c:00.0", "0000:c9:00.0", "0000:cc:00.0",
+            "0000:09:00.0",
+            "0000:0c:00.0",
+            "0000:49:00.0",
+            "0000:4c:00.0",
+            "0000:89:00.0",
+            "0000:8c:00.0",
+            "0000:c9:00.0",
+            "0000:cc:00.0",
         ),
         profiles=(
             ProfileSpec(3, "2g.15gb", 1, 20, 16380, 4, (0, 1, 2, 3)),
@@ -96,8 +102,14 @@ MODELS: dict[str, Model] = {
         pci_vendor="1d94",
         gi_id_base=1,
         pci_addresses=(
-            "0000:1a:00.0", "0000:3d:00.0", "0000:5e:00.0", "0000:7f:00.0",
-            "0000:a1:00.0", "0000:b2:00.0", "0000:d4:00.0", "0000:e5:00.0",
+            "0000:1a:00.0",
+            "0000:3d:00.0",
+            "0000:5e:00.0",
+            "0000:7f:00.0",
+            "0000:a1:00.0",
+            "0000:b2:00.0",
+            "0000:d4:00.0",
+            "0000:e5:00.0",
         ),
         profiles=(
             ProfileSpec(19, "1g.16gb", 1, 14, 16368, 8, (0, 1, 2, 3, 4, 5, 6, 7)),
@@ -120,8 +132,9 @@ def is_root() -> bool:
 
 def build(make: str = "make") -> Path:
     """Build the simulator (library, hy-smi, dcu-probe); returns the build directory."""
-    result = subprocess.run([make, "-s", "-C", str(HERE)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [make, "-s", "-C", str(HERE)], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
         raise SimNodeError(f"make -C {HERE} failed:\n{result.stdout}{result.stderr}")
     return BUILD_DIR
@@ -254,8 +267,7 @@ class SimNode:
                 status.gpu_instances.append(GpuInstanceState(card, gid, pid, start, size))
             elif parts and parts[0] == "ci":
                 card, gid, cid, pid = (int(x) for x in parts[1:5])
-                status.compute_instances.append(
-                    ComputeInstanceState(card, gid, cid, pid, parts[6]))
+                status.compute_instances.append(ComputeInstanceState(card, gid, cid, pid, parts[6]))
         return status
 
     def reboot(self) -> None:
@@ -366,8 +378,12 @@ def _sysfs(root: Path, model: Model, card: int) -> None:
     (bus_dir / pci).symlink_to(Path("../../../devices/pci0000:00") / pci)
 
 
-def init(root: str | os.PathLike[str], model: str = "c3000-bw", cards: int = 2,
-         virtualization: bool = True) -> SimNode:
+def init(
+    root: str | os.PathLike[str],
+    model: str = "c3000-bw",
+    cards: int = 2,
+    virtualization: bool = True,
+) -> SimNode:
     """Create a node as a fresh driver install leaves it: mode off, nothing carved."""
     if model not in MODELS:
         raise SimNodeError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
@@ -427,15 +443,19 @@ def open_node(root: str | os.PathLike[str]) -> SimNode:
 
 # --- command line ----------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="simnode", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="simnode", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p_init = sub.add_parser("init", help="create a node (mode off, nothing carved)")
     p_init.add_argument("root")
     p_init.add_argument("--model", default="c3000-bw", choices=sorted(MODELS))
     p_init.add_argument("--cards", type=int, default=2)
-    p_init.add_argument("--no-virtualization", action="store_true",
-                        help="driver installed without virtualization: no profiles")
+    p_init.add_argument(
+        "--no-virtualization",
+        action="store_true",
+        help="driver installed without virtualization: no profiles",
+    )
     p_reboot = sub.add_parser("reboot", help="instances and registry vanish, mode kept")
     p_reboot.add_argument("root")
     p_status = sub.add_parser("status", help="print the node's state")
@@ -455,8 +475,9 @@ def _parser() -> argparse.ArgumentParser:
     k_hysmi = kinds.add_parser("hysmi-output", help="hy-smi -mig prints TEXT, exits --exit")
     k_hysmi.add_argument("text")
     k_hysmi.add_argument("--exit", type=int, default=0, dest="exit_code")
-    k_hysmi.add_argument("--apply", action="store_true",
-                         help="still perform the switch behind the odd output")
+    k_hysmi.add_argument(
+        "--apply", action="store_true", help="still perform the switch behind the odd output"
+    )
     kinds.add_parser("clear", help="remove every injected fault")
     p_hold = sub.add_parser("hold", help="hold PATH open until stdin closes or a signal")
     p_hold.add_argument("path")
@@ -483,11 +504,15 @@ def _print_status(status: Status) -> None:
     for i, pci in enumerate(status.cards):
         print(f"card {i}: {pci}")
     for gi in status.gpu_instances:
-        print(f"gpu_instance card={gi.card} id={gi.id} profile={gi.profile_id} "
-              f"placement={gi.start}:{gi.size}")
+        print(
+            f"gpu_instance card={gi.card} id={gi.id} profile={gi.profile_id} "
+            f"placement={gi.start}:{gi.size}"
+        )
     for ci in status.compute_instances:
-        print(f"compute_instance card={ci.card} gi={ci.gpu_instance_id} id={ci.id} "
-              f"profile={ci.profile_id} uuid={ci.uuid}")
+        print(
+            f"compute_instance card={ci.card} gi={ci.gpu_instance_id} id={ci.id} "
+            f"profile={ci.profile_id} uuid={ci.uuid}"
+        )
     for fault in status.faults:
         print(f"fault: {fault}")
 
@@ -496,8 +521,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "init":
-            node = init(args.root, model=args.model, cards=args.cards,
-                        virtualization=not args.no_virtualization)
+            node = init(
+                args.root,
+                model=args.model,
+                cards=args.cards,
+                virtualization=not args.no_virtualization,
+            )
             print(f"initialised {node.root} ({node.model.name}, {node.cards} cards)")
         elif args.command == "reboot":
             open_node(args.root).reboot()

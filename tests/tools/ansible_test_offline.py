@@ -37,8 +37,18 @@ def main() -> int:
     wheel = cache / f"pip-{version}-py3-none-any.whl"
     if not wheel.exists():
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-             "--only-binary=:all:", "--dest", str(cache), f"pip=={version}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--dest",
+                str(cache),
+                f"pip=={version}",
+            ],
             check=True,
         )
     script = cache / f"get_pip_{version.replace('.', '_')}.py"

@@ -21,8 +21,17 @@ REQUIRED = (
     "docs/",
 )
 FORBIDDEN_PARTS = (
-    ".venv/", ".build/", "__pycache__/", ".mypy_cache/", ".ruff_cache/", ".pytest_cache/",
-    ".hypothesis/", "tests/output/", "tests/simulator/build/", ".git/", ".tar.gz",
+    ".venv/",
+    ".build/",
+    "__pycache__/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".pytest_cache/",
+    ".hypothesis/",
+    "tests/output/",
+    "tests/simulator/build/",
+    ".git/",
+    ".tar.gz",
 )
 
 

@@ -22,8 +22,10 @@ RUN_FLAKE8 = True
 CHECK_CHANGELOG = True
 LOG_LEVEL_MAIN = INFO
 """
-PROBLEM = re.compile(r"(^ERROR|\bERROR:|ImporterError|^WARNING: .*(lint|flake8)|\[E\d+\]|"
-                     r"\b[a-z-]+\[[a-z-]+\]: |:\d+:\d+: [EFW]\d+)")
+PROBLEM = re.compile(
+    r"(^ERROR|\bERROR:|ImporterError|^WARNING: .*(lint|flake8)|\[E\d+\]|"
+    r"\b[a-z-]+\[[a-z-]+\]: |:\d+:\d+: [EFW]\d+)"
+)
 
 
 def main(tarball: str) -> int:
@@ -33,11 +35,17 @@ def main(tarball: str) -> int:
             handle.write(CONFIG)
         # ansible-doc, flake8 and ansible-lint are found on PATH: use the venv's.
         bindir = os.path.dirname(sys.executable)
-        env = dict(os.environ, GALAXY_IMPORTER_CONFIG=config,
-                   PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+        env = dict(
+            os.environ,
+            GALAXY_IMPORTER_CONFIG=config,
+            PATH=bindir + os.pathsep + os.environ.get("PATH", ""),
+        )
         result = subprocess.run(
             [sys.executable, "-m", "galaxy_importer.main", tarball],
-            env=env, capture_output=True, text=True, check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
         )
     output = result.stdout + result.stderr
     print(output)

@@ -14,8 +14,14 @@ BAD_ARGS = "Invlaid arguments"
 
 
 def hy_smi(node: simnode.SimNode, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(simnode.HY_SMI_PATH), *args], capture_output=True, text=True,
-                          env=node.env(), check=False, timeout=60)
+    return subprocess.run(
+        [str(simnode.HY_SMI_PATH), *args],
+        capture_output=True,
+        text=True,
+        env=node.env(),
+        check=False,
+        timeout=60,
+    )
 
 
 def mode_of(node: simnode.SimNode) -> int:
@@ -30,18 +36,27 @@ def test_enable_prints_the_vendor_message(sim_node: simnode.SimNode, flag: str) 
     assert (sim_node.registry_dir / "dev0").is_file()
 
 
-@pytest.mark.parametrize("args", [["-mig", "1", "-i", "0"], ["-i", "0", "-mig", "1"],
-                                  ["--multi-instance-gpu", "1", "-i", "1"], ["-mig", "2"]])
-def test_device_selector_is_refused_with_the_vendor_spelling(sim_node: simnode.SimNode,
-                                                             args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-mig", "1", "-i", "0"],
+        ["-i", "0", "-mig", "1"],
+        ["--multi-instance-gpu", "1", "-i", "1"],
+        ["-mig", "2"],
+    ],
+)
+def test_device_selector_is_refused_with_the_vendor_spelling(
+    sim_node: simnode.SimNode, args: list[str]
+) -> None:
     result = hy_smi(sim_node, *args)
     assert result.stdout == BAD_ARGS + "\n"
     assert result.returncode != 0
     assert mode_of(sim_node) == 0
 
 
-def test_switch_refused_while_kfd_held(sim_node: simnode.SimNode,
-                                       kfd_holder: Callable[..., object]) -> None:
+def test_switch_refused_while_kfd_held(
+    sim_node: simnode.SimNode, kfd_holder: Callable[..., object]
+) -> None:
     kfd_holder(sim_node.kfd)
     result = hy_smi(sim_node, "-mig", "1")
     assert result.stdout == BUSY + "\n"
@@ -49,8 +64,9 @@ def test_switch_refused_while_kfd_held(sim_node: simnode.SimNode,
     assert mode_of(sim_node) == 0
 
 
-def test_mkfd_holder_does_not_block_hy_smi(sim_node: simnode.SimNode,
-                                           kfd_holder: Callable[..., object]) -> None:
+def test_mkfd_holder_does_not_block_hy_smi(
+    sim_node: simnode.SimNode, kfd_holder: Callable[..., object]
+) -> None:
     kfd_holder(sim_node.mkfd)
     assert hy_smi(sim_node, "-mig", "1").stdout == ENABLED + "\n"
 
@@ -75,8 +91,10 @@ def test_create_list_destroy_instances(sim_node: simnode.SimNode) -> None:
     assert made.returncode == 0, made.stdout
     status = sim_node.status()
     assert sorted((g.id, g.start, g.size) for g in status.gpu_instances) == [(3, 0, 1), (4, 2, 2)]
-    assert sorted(p.name for p in sim_node.ci_dir.iterdir()) == ["dev0gi3ci0.conf",
-                                                                "dev0gi4ci0.conf"]
+    assert sorted(p.name for p in sim_node.ci_dir.iterdir()) == [
+        "dev0gi3ci0.conf",
+        "dev0gi4ci0.conf",
+    ]
     listing = hy_smi(sim_node, "mig", "-lgi")
     rows = [line.split() for line in listing.stdout.splitlines()[1:]]
     assert rows == [["0", "3", "3", "2g.15gb", "0:1"], ["0", "4", "1", "4g.31gb", "2:2"]]
@@ -90,8 +108,16 @@ def test_create_list_destroy_instances(sim_node: simnode.SimNode) -> None:
     assert hy_smi(sim_node, "mig", "-dgi", "-i", "0").returncode == 0
     assert sim_node.status().gpu_instances == []
     kinds = [op.split()[0] for op in sim_node.ops()]
-    assert kinds == ["create_gi", "create_ci", "create_gi", "create_ci",
-                     "destroy_ci", "destroy_ci", "destroy_gi", "destroy_gi"]
+    assert kinds == [
+        "create_gi",
+        "create_ci",
+        "create_gi",
+        "create_ci",
+        "destroy_ci",
+        "destroy_ci",
+        "destroy_gi",
+        "destroy_gi",
+    ]
 
 
 def test_create_refused_when_the_card_is_full(sim_node: simnode.SimNode) -> None:
@@ -102,8 +128,9 @@ def test_create_refused_when_the_card_is_full(sim_node: simnode.SimNode) -> None
     assert "Insufficient Resources" in again.stdout
 
 
-def test_destroy_ci_refused_while_held(sim_node: simnode.SimNode,
-                                       kfd_holder: Callable[..., object]) -> None:
+def test_destroy_ci_refused_while_held(
+    sim_node: simnode.SimNode, kfd_holder: Callable[..., object]
+) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     assert hy_smi(sim_node, "mig", "-cgi", "2g.15gb", "-C", "-i", "1").returncode == 0
     holder = kfd_holder(sim_node.ci_conf(1, 3))
@@ -113,13 +140,18 @@ def test_destroy_ci_refused_while_held(sim_node: simnode.SimNode,
     assert hy_smi(sim_node, "mig", "-dci", "-i", "1").returncode == 0
 
 
-def test_profile_listing_follows_the_model(sim_node_factory: Callable[..., simnode.SimNode]
-                                           ) -> None:
+def test_profile_listing_follows_the_model(
+    sim_node_factory: Callable[..., simnode.SimNode],
+) -> None:
     node = sim_node_factory(model="hypo-x8", cards=1)
     rows = [line.split() for line in hy_smi(node, "mig", "-lgip").stdout.splitlines()[1:]]
     assert [(r[1], r[2], r[3]) for r in rows] == [
-        ("1g.16gb", "19", "1"), ("2g.32gb", "14", "2"), ("3g.48gb", "9", "3"),
-        ("4g.64gb", "5", "4"), ("8g.128gb", "0", "8")]
+        ("1g.16gb", "19", "1"),
+        ("2g.32gb", "14", "2"),
+        ("3g.48gb", "9", "3"),
+        ("4g.64gb", "5", "4"),
+        ("8g.128gb", "0", "8"),
+    ]
 
 
 def test_fault_unknown_output_and_exit_code(sim_node: simnode.SimNode) -> None:

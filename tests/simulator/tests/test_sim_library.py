@@ -26,32 +26,58 @@ INSUFFICIENT_SIZE, DRIVER_NOT_LOADED, IN_USE, INSUFFICIENT_RESOURCES, UNKNOWN = 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 EXPORTED = {
-    "nvmlGetSystemMigMode", "nvmlSetSystemMigMode",
-    "nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByPciBusId",
-    "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetIndex", "nvmlDeviceGetName",
-    "nvmlDeviceGetPciInfo", "nvmlDeviceGetAttributes", "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstancePossiblePlacements",
-    "nvmlDeviceGetGpuInstanceRemainingCapacity", "nvmlDeviceCreateGpuInstanceWithPlacement",
-    "nvmlDeviceGetGpuInstances", "nvmlDeviceGetGpuInstanceById",
-    "nvmlGpuInstanceGetInfo", "nvmlGpuInstanceGetComputeInstanceProfileInfo",
-    "nvmlGpuInstanceCreateComputeInstance", "nvmlGpuInstanceGetComputeInstances",
-    "nvmlGpuInstanceDestroy", "nvmlComputeInstanceGetInfo", "nvmlComputeInstanceDestroy",
-    "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceGetGpuInstanceId", "nvmlDeviceGetComputeInstanceId",
+    "nvmlGetSystemMigMode",
+    "nvmlSetSystemMigMode",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetHandleByPciBusId",
+    "nvmlDeviceGetHandleByUUID",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlDeviceGetGpuInstancePossiblePlacements",
+    "nvmlDeviceGetGpuInstanceRemainingCapacity",
+    "nvmlDeviceCreateGpuInstanceWithPlacement",
+    "nvmlDeviceGetGpuInstances",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlGpuInstanceGetInfo",
+    "nvmlGpuInstanceGetComputeInstanceProfileInfo",
+    "nvmlGpuInstanceCreateComputeInstance",
+    "nvmlGpuInstanceGetComputeInstances",
+    "nvmlGpuInstanceDestroy",
+    "nvmlComputeInstanceGetInfo",
+    "nvmlComputeInstanceDestroy",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
 }
 
 
 class GpuInstanceProfileInfo(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint), ("gi_count_max", ctypes.c_uint),
-                ("cu_count", ctypes.c_uint), ("gpu_slice_count", ctypes.c_uint),
-                ("memory_size_MB", ctypes.c_ulonglong), ("name", ctypes.c_char * 256)]
+    _fields_ = [
+        ("id", ctypes.c_uint),
+        ("gi_count_max", ctypes.c_uint),
+        ("cu_count", ctypes.c_uint),
+        ("gpu_slice_count", ctypes.c_uint),
+        ("memory_size_MB", ctypes.c_ulonglong),
+        ("name", ctypes.c_char * 256),
+    ]
 
 
 class ComputeInstanceProfileInfo(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_uint), ("ci_count_max", ctypes.c_uint),
-                ("cu_count", ctypes.c_uint), ("gpu_slice_count", ctypes.c_uint),
-                ("name", ctypes.c_char * 256)]
+    _fields_ = [
+        ("id", ctypes.c_uint),
+        ("ci_count_max", ctypes.c_uint),
+        ("cu_count", ctypes.c_uint),
+        ("gpu_slice_count", ctypes.c_uint),
+        ("name", ctypes.c_char * 256),
+    ]
 
 
 class Placement(ctypes.Structure):
@@ -59,25 +85,42 @@ class Placement(ctypes.Structure):
 
 
 class GpuInstanceInfo(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_void_p), ("id", ctypes.c_uint),
-                ("profile_id", ctypes.c_uint), ("placement", Placement)]
+    _fields_ = [
+        ("device", ctypes.c_void_p),
+        ("id", ctypes.c_uint),
+        ("profile_id", ctypes.c_uint),
+        ("placement", Placement),
+    ]
 
 
 class ComputeInstanceInfo(ctypes.Structure):
-    _fields_ = [("device", ctypes.c_void_p), ("gpu_instance", ctypes.c_void_p),
-                ("id", ctypes.c_uint), ("profile_id", ctypes.c_uint), ("placement", Placement)]
+    _fields_ = [
+        ("device", ctypes.c_void_p),
+        ("gpu_instance", ctypes.c_void_p),
+        ("id", ctypes.c_uint),
+        ("profile_id", ctypes.c_uint),
+        ("placement", Placement),
+    ]
 
 
 class DeviceAttributes(ctypes.Structure):
-    _fields_ = [("index", ctypes.c_uint), ("cu_count", ctypes.c_uint),
-                ("memory_size_MB", ctypes.c_ulonglong), ("uuid", ctypes.c_char * 256),
-                ("name", ctypes.c_char * 256), ("gpu_instance_slice_count", ctypes.c_uint),
-                ("compute_instance_slice_count", ctypes.c_uint)]
+    _fields_ = [
+        ("index", ctypes.c_uint),
+        ("cu_count", ctypes.c_uint),
+        ("memory_size_MB", ctypes.c_ulonglong),
+        ("uuid", ctypes.c_char * 256),
+        ("name", ctypes.c_char * 256),
+        ("gpu_instance_slice_count", ctypes.c_uint),
+        ("compute_instance_slice_count", ctypes.c_uint),
+    ]
 
 
 class Memory(ctypes.Structure):
-    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong),
-                ("used", ctypes.c_ulonglong)]
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
 
 
 class Utilization(ctypes.Structure):
@@ -85,8 +128,13 @@ class Utilization(ctypes.Structure):
 
 
 class PciInfo(ctypes.Structure):
-    _fields_ = [("domain", ctypes.c_uint), ("bus", ctypes.c_uint), ("device", ctypes.c_uint),
-                ("function", ctypes.c_uint), ("bus_id", ctypes.c_char * 32)]
+    _fields_ = [
+        ("domain", ctypes.c_uint),
+        ("bus", ctypes.c_uint),
+        ("device", ctypes.c_uint),
+        ("function", ctypes.c_uint),
+        ("bus_id", ctypes.c_char * 32),
+    ]
 
 
 class LayoutEntry(ctypes.Structure):
@@ -164,13 +212,13 @@ class Lib:
 
     def profile(self, dev: H, width_index: int) -> tuple[int, GpuInstanceProfileInfo]:
         info = GpuInstanceProfileInfo()
-        return self.nvmlDeviceGetGpuInstanceProfileInfo(dev, width_index,
-                                                        ctypes.byref(info)), info
+        return self.nvmlDeviceGetGpuInstanceProfileInfo(dev, width_index, ctypes.byref(info)), info
 
     def create_gi(self, dev: H, profile_id: int, start: int, size: int) -> tuple[int, H]:
         gi = H()
         rc = self.nvmlDeviceCreateGpuInstanceWithPlacement(
-            dev, profile_id, ctypes.byref(Placement(start, size)), ctypes.byref(gi))
+            dev, profile_id, ctypes.byref(Placement(start, size)), ctypes.byref(gi)
+        )
         return rc, gi
 
     def gi_info(self, gi: H) -> GpuInstanceInfo:
@@ -182,16 +230,19 @@ class Lib:
         slices = self.gi_info(gi).placement.size
         for index in range(slices):
             info = ComputeInstanceProfileInfo()
-            if (self.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, index, 0,
-                                                                  ctypes.byref(info)) == SUCCESS
-                    and info.gpu_slice_count == slices):
+            if (
+                self.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, index, 0, ctypes.byref(info))
+                == SUCCESS
+                and info.gpu_slice_count == slices
+            ):
                 return info
         raise AssertionError("no whole-GI compute profile")
 
     def create_ci(self, gi: H) -> tuple[int, H]:
         ci = H()
-        rc = self.nvmlGpuInstanceCreateComputeInstance(gi, self.whole_ci_profile(gi).id,
-                                                       ctypes.byref(ci))
+        rc = self.nvmlGpuInstanceCreateComputeInstance(
+            gi, self.whole_ci_profile(gi).id, ctypes.byref(ci)
+        )
         return rc, ci
 
     def gis(self, dev: H, profile_id: int, capacity: int = 32) -> tuple[int, list[H], int]:
@@ -203,8 +254,10 @@ class Lib:
 
     def remaining(self, dev: H, profile_id: int) -> int:
         count = U()
-        assert self.nvmlDeviceGetGpuInstanceRemainingCapacity(dev, profile_id,
-                                                              ctypes.byref(count)) == SUCCESS
+        assert (
+            self.nvmlDeviceGetGpuInstanceRemainingCapacity(dev, profile_id, ctypes.byref(count))
+            == SUCCESS
+        )
         return count.value
 
 
@@ -232,13 +285,17 @@ def conf_uuid(path: Path) -> str:
 
 # ------------------------------------------------------------------ exports and layouts ----
 def test_exports_exactly_the_vendor_symbols_and_no_uuid_getter(sim_build: object) -> None:
-    out = subprocess.run(["nm", "-D", "--defined-only", str(simnode.LIB_PATH)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(simnode.LIB_PATH)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     names = {line.split()[-1] for line in out.splitlines() if line.strip()}
     assert names - {"hydmiSimLayout"} == EXPORTED
     cdll = ctypes.CDLL(str(simnode.LIB_PATH), mode=os.RTLD_LOCAL)
     with pytest.raises(AttributeError):
-        _ = cdll.nvmlDeviceGetUUID
+        _ignored = cdll.nvmlDeviceGetUUID
     assert (simnode.BUILD_DIR / "libhydmi_mig.so").resolve() == simnode.LIB_PATH.resolve()
 
 
@@ -263,7 +320,7 @@ def test_struct_layouts_match_hardware_md(lib: Lib) -> None:
     checked = 0
     for cname, struct in structs.items():
         assert table[f"{cname}.sizeof"] == ctypes.sizeof(struct), cname
-        for fname, *_ in struct._fields_:
+        for fname, *_ignored in struct._fields_:
             assert table[f"{cname}.{fname}"] == getattr(struct, fname).offset, (cname, fname)
             checked += 1
     assert checked + len(structs) == len(table)
@@ -289,8 +346,9 @@ def test_handles_are_real_pointers_above_4gib(sim_node: simnode.SimNode, lib: Li
     assert lib.nvmlDeviceGetIndex(truncated, ctypes.byref(index)) == INVALID_ARGUMENT
 
 
-def test_root_is_read_on_every_call(sim_node_factory: Callable[..., simnode.SimNode],
-                                    lib: Lib, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_root_is_read_on_every_call(
+    sim_node_factory: Callable[..., simnode.SimNode], lib: Lib, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bw = sim_node_factory(cards=2)
     hypo = sim_node_factory(model="hypo-x8", cards=3)
     count = U()
@@ -309,16 +367,18 @@ def test_root_is_read_on_every_call(sim_node_factory: Callable[..., simnode.SimN
 
 
 # ------------------------------------------------------------------ mode ------------------
-def test_mode_switch_refused_while_kfd_held(sim_node: simnode.SimNode, lib: Lib,
-                                            kfd_holder: Callable[..., object]) -> None:
+def test_mode_switch_refused_while_kfd_held(
+    sim_node: simnode.SimNode, lib: Lib, kfd_holder: Callable[..., object]
+) -> None:
     kfd_holder(sim_node.kfd)
     assert lib.set_mode(1) == IN_USE
     assert lib.mode() == 0
     assert not sim_node.registry_dir.exists()
 
 
-def test_mode_switch_allowed_after_holder_exits(sim_node: simnode.SimNode, lib: Lib,
-                                               kfd_holder: Callable[..., object]) -> None:
+def test_mode_switch_allowed_after_holder_exits(
+    sim_node: simnode.SimNode, lib: Lib, kfd_holder: Callable[..., object]
+) -> None:
     holder = kfd_holder(sim_node.kfd)
     assert lib.set_mode(1) == IN_USE
     holder.release()  # type: ignore[attr-defined]
@@ -326,8 +386,9 @@ def test_mode_switch_allowed_after_holder_exits(sim_node: simnode.SimNode, lib: 
     assert lib.mode() == 1
 
 
-def test_mkfd_holder_does_not_block(sim_node: simnode.SimNode, lib: Lib,
-                                    kfd_holder: Callable[..., object]) -> None:
+def test_mkfd_holder_does_not_block(
+    sim_node: simnode.SimNode, lib: Lib, kfd_holder: Callable[..., object]
+) -> None:
     kfd_holder(sim_node.mkfd)
     assert lib.set_mode(1) == SUCCESS
     assert lib.set_mode(0) == SUCCESS
@@ -351,13 +412,15 @@ def test_enable_writes_dev_files_with_pci_addresses(bw: simnode.SimNode, lib: Li
     assert (reg / "gi").is_dir() and (reg / "ci").is_dir()
     assert list((reg / "ci").iterdir()) == []
     mig_cur, mig_pend = U(9), U(9)
-    assert lib.nvmlDeviceGetMigMode(lib.device(1), ctypes.byref(mig_cur),
-                                    ctypes.byref(mig_pend)) == SUCCESS
+    assert (
+        lib.nvmlDeviceGetMigMode(lib.device(1), ctypes.byref(mig_cur), ctypes.byref(mig_pend))
+        == SUCCESS
+    )
     assert (mig_cur.value, mig_pend.value) == (1, 1)
 
 
 def test_create_refused_with_mode_off(sim_node: simnode.SimNode, lib: Lib) -> None:
-    rc, _ = lib.create_gi(lib.device(0), BW_2G, 0, 1)
+    rc, _ignored = lib.create_gi(lib.device(0), BW_2G, 0, 1)
     assert rc == NOT_SUPPORTED
     assert not sim_node.registry_dir.exists()
 
@@ -368,26 +431,37 @@ def test_width_index_profile_query_on_bw(sim_node: simnode.SimNode, lib: Lib) ->
     seen = {}
     for width_index in range(4):
         rc, info = lib.profile(dev, width_index)
-        seen[width_index] = (rc, info.id, info.name.decode(), info.gpu_slice_count,
-                             info.cu_count, info.memory_size_MB, info.gi_count_max)
+        seen[width_index] = (
+            rc,
+            info.id,
+            info.name.decode(),
+            info.gpu_slice_count,
+            info.cu_count,
+            info.memory_size_MB,
+            info.gi_count_max,
+        )
     assert seen[0] == (SUCCESS, 3, "MIG 2g.15gb", 1, 20, 16380, 4)
     assert seen[1] == (SUCCESS, 1, "MIG 4g.31gb", 2, 40, 32760, 2)
     assert seen[2][0] == INVALID_ARGUMENT
     assert seen[3] == (SUCCESS, 0, "MIG 8g.63gb", 4, 80, 65520, 1)
 
 
-def test_no_profiles_without_virtualization(sim_node_factory: Callable[..., simnode.SimNode],
-                                            lib: Lib) -> None:
+def test_no_profiles_without_virtualization(
+    sim_node_factory: Callable[..., simnode.SimNode], lib: Lib
+) -> None:
     sim_node_factory(virtualization=False)
     dev = lib.device(0)
     assert [lib.profile(dev, w)[0] for w in range(4)] == [NOT_SUPPORTED] * 4
     count = U()
-    assert lib.nvmlDeviceGetGpuInstanceRemainingCapacity(dev, BW_2G,
-                                                         ctypes.byref(count)) == NOT_SUPPORTED
+    assert (
+        lib.nvmlDeviceGetGpuInstanceRemainingCapacity(dev, BW_2G, ctypes.byref(count))
+        == NOT_SUPPORTED
+    )
 
 
-def test_hypothetical_model_has_another_table(sim_node_factory: Callable[..., simnode.SimNode],
-                                              lib: Lib) -> None:
+def test_hypothetical_model_has_another_table(
+    sim_node_factory: Callable[..., simnode.SimNode], lib: Lib
+) -> None:
     node = sim_node_factory(model="hypo-x8", cards=1)
     assert node.model.hypothetical
     dev = lib.device(0)
@@ -399,8 +473,13 @@ def test_hypothetical_model_has_another_table(sim_node_factory: Callable[..., si
         rc, info = lib.profile(dev, w)
         found[w + 1] = (info.id, info.name.decode()) if rc == SUCCESS else rc
     assert found == {
-        1: (19, "MIG 1g.16gb"), 2: (14, "MIG 2g.32gb"), 3: (9, "MIG 3g.48gb"),
-        4: (5, "MIG 4g.64gb"), 5: INVALID_ARGUMENT, 6: INVALID_ARGUMENT, 7: INVALID_ARGUMENT,
+        1: (19, "MIG 1g.16gb"),
+        2: (14, "MIG 2g.32gb"),
+        3: (9, "MIG 3g.48gb"),
+        4: (5, "MIG 4g.64gb"),
+        5: INVALID_ARGUMENT,
+        6: INVALID_ARGUMENT,
+        7: INVALID_ARGUMENT,
         8: (0, "MIG 8g.128gb"),
     }
     assert lib.set_mode(1) == SUCCESS
@@ -414,13 +493,20 @@ def test_possible_placements_ignore_occupancy(bw: simnode.SimNode, lib: Lib) -> 
     def placements(profile_id: int) -> list[tuple[int, int]]:
         arr = (Placement * 32)()
         count = U(32)
-        assert lib.nvmlDeviceGetGpuInstancePossiblePlacements(dev, profile_id, arr,
-                                                              ctypes.byref(count)) == SUCCESS
+        assert (
+            lib.nvmlDeviceGetGpuInstancePossiblePlacements(
+                dev, profile_id, arr, ctypes.byref(count)
+            )
+            == SUCCESS
+        )
         return [(arr[i].start, arr[i].size) for i in range(count.value)]
 
     before = {p: placements(p) for p in (BW_2G, BW_4G, BW_8G)}
-    assert before == {BW_2G: [(0, 1), (1, 1), (2, 1), (3, 1)], BW_4G: [(0, 2), (2, 2)],
-                      BW_8G: [(0, 4)]}
+    assert before == {
+        BW_2G: [(0, 1), (1, 1), (2, 1), (3, 1)],
+        BW_4G: [(0, 2), (2, 2)],
+        BW_8G: [(0, 4)],
+    }
     assert lib.create_gi(dev, BW_4G, 0, 2)[0] == SUCCESS
     assert {p: placements(p) for p in (BW_2G, BW_4G, BW_8G)} == before
 
@@ -429,12 +515,14 @@ def test_array_queries_report_insufficient_size(bw: simnode.SimNode, lib: Lib) -
     dev = lib.device(0)
     arr = (Placement * 2)()
     count = U(2)
-    assert lib.nvmlDeviceGetGpuInstancePossiblePlacements(dev, BW_2G, arr,
-                                                          ctypes.byref(count)) == INSUFFICIENT_SIZE
+    assert (
+        lib.nvmlDeviceGetGpuInstancePossiblePlacements(dev, BW_2G, arr, ctypes.byref(count))
+        == INSUFFICIENT_SIZE
+    )
     assert count.value == 4
     for start in range(3):
         assert lib.create_gi(dev, BW_2G, start, 1)[0] == SUCCESS
-    rc, _, needed = lib.gis(dev, BW_2G, capacity=2)
+    rc, _ignored, needed = lib.gis(dev, BW_2G, capacity=2)
     assert (rc, needed) == (INSUFFICIENT_SIZE, 3)
 
 
@@ -466,7 +554,7 @@ def test_get_gpu_instances_is_filtered_by_profile(bw: simnode.SimNode, lib: Lib)
     assert lib.create_gi(dev, BW_2G, 3, 1)[0] == SUCCESS
     by_profile = {}
     for profile_id in (BW_2G, BW_4G, BW_8G):
-        rc, handles, _ = lib.gis(dev, profile_id)
+        rc, handles, _ignored = lib.gis(dev, profile_id)
         assert rc == SUCCESS
         by_profile[profile_id] = sorted(lib.gi_info(h).placement.start for h in handles)
     assert by_profile == {BW_2G: [2, 3], BW_4G: [0], BW_8G: []}
@@ -482,8 +570,12 @@ def test_identity_gaps(sim_node: simnode.SimNode, lib: Lib) -> None:
     name = ctypes.create_string_buffer(256)
     assert lib.nvmlDeviceGetName(dev, name, 256) == INVALID_ARGUMENT
     out = H()
-    assert lib.nvmlDeviceGetHandleByUUID(b"GPU-00000000-0000-0000-0000-000000000000",
-                                         ctypes.byref(out)) == NOT_SUPPORTED
+    assert (
+        lib.nvmlDeviceGetHandleByUUID(
+            b"GPU-00000000-0000-0000-0000-000000000000", ctypes.byref(out)
+        )
+        == NOT_SUPPORTED
+    )
     assert lib.nvmlDeviceGetHandleByPciBusId(b"0000:0c:00.0", ctypes.byref(out)) == SUCCESS
     assert out.value == dev.value
     index = U()
@@ -506,8 +598,7 @@ def test_memory_and_utilization(sim_node: simnode.SimNode, lib: Lib) -> None:
 
 
 # ------------------------------------------------------------------ ids, uuids, files -----
-def test_gpu_instance_ids_are_assigned_and_reused_at_once(bw: simnode.SimNode,
-                                                          lib: Lib) -> None:
+def test_gpu_instance_ids_are_assigned_and_reused_at_once(bw: simnode.SimNode, lib: Lib) -> None:
     dev = lib.device(0)
     handles = []
     for start in range(4):
@@ -568,7 +659,7 @@ def test_conf_files_are_written_as_the_driver_does(bw: simnode.SimNode, lib: Lib
 def test_uuid_is_fresh_on_every_create(bw: simnode.SimNode, lib: Lib) -> None:
     dev = lib.device(0)
     seen = set()
-    for _ in range(3):
+    for _ignored in range(3):
         rc, gi = lib.create_gi(dev, BW_2G, 0, 1)
         assert rc == SUCCESS
         rc, ci = lib.create_ci(gi)
@@ -590,14 +681,14 @@ def test_only_one_whole_gi_compute_instance(bw: simnode.SimNode, lib: Lib) -> No
     assert lib.create_ci(gi)[0] == INSUFFICIENT_RESOURCES
     arr = (H * 4)()
     count = U(4)
-    assert lib.nvmlGpuInstanceGetComputeInstances(gi, prof.id, arr,
-                                                  ctypes.byref(count)) == SUCCESS
+    assert lib.nvmlGpuInstanceGetComputeInstances(gi, prof.id, arr, ctypes.byref(count)) == SUCCESS
     assert count.value == 1
 
 
 # ------------------------------------------------------------------ destroy ---------------
 def test_gpu_instance_destroy_refused_while_it_has_a_compute_instance(
-        bw: simnode.SimNode, lib: Lib) -> None:
+    bw: simnode.SimNode, lib: Lib
+) -> None:
     rc, gi = lib.create_gi(lib.device(0), BW_2G, 2, 1)
     assert rc == SUCCESS
     rc, ci = lib.create_ci(gi)
@@ -613,7 +704,8 @@ def test_gpu_instance_destroy_refused_while_it_has_a_compute_instance(
 
 
 def test_compute_instance_destroy_refused_while_a_process_holds_it(
-        bw: simnode.SimNode, lib: Lib, kfd_holder: Callable[..., object]) -> None:
+    bw: simnode.SimNode, lib: Lib, kfd_holder: Callable[..., object]
+) -> None:
     rc, gi = lib.create_gi(lib.device(0), BW_2G, 0, 1)
     assert rc == SUCCESS
     rc, ci = lib.create_ci(gi)
@@ -630,7 +722,7 @@ def test_directory_on_a_ci_name_poisons_that_id(bw: simnode.SimNode, lib: Lib) -
     dev = lib.device(0)
     poison = bw.ci_conf(0, 3)
     poison.mkdir()
-    for _ in range(2):  # ids are reused, so the poison hits again and again
+    for _ignored in range(2):  # ids are reused, so the poison hits again and again
         rc, gi = lib.create_gi(dev, BW_2G, 0, 1)
         assert rc == SUCCESS and lib.gi_info(gi).id == 3
         assert lib.create_ci(gi)[0] == INSUFFICIENT_RESOURCES
@@ -668,8 +760,9 @@ def test_mig_device_index_space_is_node_global(bw: simnode.SimNode, lib: Lib) ->
     for parent in (dev0, dev1):
         for index in range(2):
             mig, gid = H(), U()
-            assert lib.nvmlDeviceGetMigDeviceHandleByIndex(parent, index,
-                                                           ctypes.byref(mig)) == SUCCESS
+            assert (
+                lib.nvmlDeviceGetMigDeviceHandleByIndex(parent, index, ctypes.byref(mig)) == SUCCESS
+            )
             assert lib.nvmlDeviceGetGpuInstanceId(mig, ctypes.byref(gid)) == SUCCESS
             attrs = DeviceAttributes()
             assert lib.nvmlDeviceGetAttributes(mig, ctypes.byref(attrs)) == SUCCESS
@@ -762,7 +855,7 @@ def replay_ops(ops: list[str]) -> int:
             start, size = (int(x) for x in fields["placement"].split(":"))
             slices = set(range(start, start + size))
             assert key not in live, f"id reused while live: {line}"
-            for (card, _), used in live.items():
+            for (card, _ignored), used in live.items():
                 assert card != key[0] or not used & slices, f"slice shared: {line}"
             live[key] = slices
             creates += 1
@@ -772,11 +865,16 @@ def replay_ops(ops: list[str]) -> int:
 
 
 def test_concurrent_creates_from_two_processes_never_share_a_slice(
-        bw: simnode.SimNode, lib: Lib) -> None:
+    bw: simnode.SimNode, lib: Lib
+) -> None:
     racers = [
-        subprocess.Popen([sys.executable, "-c", RACER, str(simnode.LIB_PATH), order, "15"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                         env=bw.env())
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(simnode.LIB_PATH), order, "15"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=bw.env(),
+        )
         for order in ("0,1,2,3", "3,2,1,0")
     ]
     for racer in racers:
@@ -787,7 +885,7 @@ def test_concurrent_creates_from_two_processes_never_share_a_slice(
     assert all("unexpected" not in r for r in results), results
     won = [[int(x) for x in r.split()] for r in results]
     assert sorted(won[0] + won[1]) == [0, 1, 2, 3]  # every slice given once, to one process
-    rc, handles, _ = lib.gis(lib.device(0), BW_2G)
+    rc, handles, _ignored = lib.gis(lib.device(0), BW_2G)
     assert rc == SUCCESS
     assert sorted(lib.gi_info(h).placement.start for h in handles) == [0, 1, 2, 3]
     assert sorted(lib.gi_info(h).id for h in handles) == [3, 4, 5, 6]
@@ -804,15 +902,17 @@ def test_threads_in_one_process_never_share_a_slice(bw: simnode.SimNode, lib: Li
     def race(order: list[int]) -> None:
         go.wait()
         for start in order:
-            rc, _ = lib.create_gi(dev, BW_2G, start, 1)
+            rc, _ignored = lib.create_gi(dev, BW_2G, start, 1)
             with guard:
                 if rc == SUCCESS:
                     won.append(start)
                 elif rc != INSUFFICIENT_RESOURCES:
                     unexpected.append(rc)
 
-    threads = [threading.Thread(target=race, args=(order,))
-               for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1])]
+    threads = [
+        threading.Thread(target=race, args=(order,))
+        for order in ([0, 1, 2, 3], [3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1])
+    ]
     for t in threads:
         t.start()
     go.set()
@@ -824,8 +924,9 @@ def test_threads_in_one_process_never_share_a_slice(bw: simnode.SimNode, lib: Li
 
 
 @pytest.mark.parametrize("op", simnode.FAULT_OPS)
-def test_every_fail_fault_fails_once_and_changes_nothing(bw: simnode.SimNode, lib: Lib,
-                                                         op: str) -> None:
+def test_every_fail_fault_fails_once_and_changes_nothing(
+    bw: simnode.SimNode, lib: Lib, op: str
+) -> None:
     dev = lib.device(0)
     gi = ci = H()
     if op in ("ci_create", "gi_destroy", "ci_destroy"):
@@ -856,8 +957,11 @@ def test_every_fail_fault_fails_once_and_changes_nothing(bw: simnode.SimNode, li
 
 def best_fit_count(spec: simnode.ProfileSpec, occupied: set[int], existing: int) -> int:
     """Brute force: most disjoint free legal placements of one profile (test oracle)."""
-    free = [set(range(s, s + spec.slices)) for s in spec.starts
-            if not set(range(s, s + spec.slices)) & occupied]
+    free = [
+        set(range(s, s + spec.slices))
+        for s in spec.starts
+        if not set(range(s, s + spec.slices)) & occupied
+    ]
     best = 0
     for r in range(len(free) + 1):
         for combo in itertools.combinations(free, r):
@@ -868,26 +972,27 @@ def best_fit_count(spec: simnode.ProfileSpec, occupied: set[int], existing: int)
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_remaining_capacity_matches_brute_force_on_random_layouts(
-        sim_node_factory: Callable[..., simnode.SimNode], lib: Lib, seed: int) -> None:
+    sim_node_factory: Callable[..., simnode.SimNode], lib: Lib, seed: int
+) -> None:
     node = sim_node_factory(model="hypo-x8", cards=1)
     assert lib.set_mode(1) == SUCCESS
     dev = lib.device(0)
     rng = random.Random(seed)
     live: dict[int, tuple[H, simnode.ProfileSpec, int]] = {}
-    for _ in range(40):
+    for _ignored in range(40):
         if live and rng.random() < 0.4:
             gid = rng.choice(sorted(live))
             assert lib.nvmlGpuInstanceDestroy(live.pop(gid)[0]) == SUCCESS
         else:
             spec = rng.choice(node.model.profiles)
             start = rng.choice(spec.starts)
-            occupied = {s for _, p, st in live.values() for s in range(st, st + p.slices)}
+            occupied = {s for _ignored, p, st in live.values() for s in range(st, st + p.slices)}
             rc, gi = lib.create_gi(dev, spec.id, start, spec.slices)
             fits = not set(range(start, start + spec.slices)) & occupied
             assert rc == (SUCCESS if fits else INSUFFICIENT_RESOURCES)
             if rc == SUCCESS:
                 live[lib.gi_info(gi).id] = (gi, spec, start)
-        occupied = {s for _, p, st in live.values() for s in range(st, st + p.slices)}
+        occupied = {s for _ignored, p, st in live.values() for s in range(st, st + p.slices)}
         for spec in node.model.profiles:
-            existing = sum(1 for _, p, _ in live.values() if p.id == spec.id)
+            existing = sum(1 for _ignored, p, _ignored in live.values() if p.id == spec.id)
             assert lib.remaining(dev, spec.id) == best_fit_count(spec, occupied, existing)

@@ -15,16 +15,25 @@ import pytest
 import simnode
 
 NONE = "No HIP GPUs are available\n"
-needs_root = pytest.mark.skipif(os.geteuid() != 0,
-                                reason="minirun needs root (mount namespace, chroot, mknod)")
-LINE = re.compile(r"^device (\d+) kind=(card|partition) pci=(\S+) cu_count=(\d+) "
-                  r"memory_mib=(\d+)(?: mig_uuid=(\S+) gpu_instance_id=(\d+) "
-                  r"compute_instance_id=(\d+))?$")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="minirun needs root (mount namespace, chroot, mknod)"
+)
+LINE = re.compile(
+    r"^device (\d+) kind=(card|partition) pci=(\S+) cu_count=(\d+) "
+    r"memory_mib=(\d+)(?: mig_uuid=(\S+) gpu_instance_id=(\d+) "
+    r"compute_instance_id=(\d+))?$"
+)
 
 
 def hy_smi(node: simnode.SimNode, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(simnode.HY_SMI_PATH), *args], capture_output=True, text=True,
-                            env=node.env(), check=False, timeout=60)
+    result = subprocess.run(
+        [str(simnode.HY_SMI_PATH), *args],
+        capture_output=True,
+        text=True,
+        env=node.env(),
+        check=False,
+        timeout=60,
+    )
     return result
 
 
@@ -48,13 +57,15 @@ def devices(stdout: str) -> list[tuple[str | None, ...]]:
 
 
 # ------------------------------------------------------------------ view override (any user) -
-def probe_view(node: simnode.SimNode, env: dict[str, str] | None = None
-               ) -> subprocess.CompletedProcess[str]:
+def probe_view(
+    node: simnode.SimNode, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full = node.env({"PATH": os.environ.get("PATH", "")})
     full["HYDMI_PROBE_VIEW"] = str(node.root)
     full.update(env or {})
-    return subprocess.run([str(simnode.PROBE_PATH)], capture_output=True, text=True, env=full,
-                          check=False, timeout=60)
+    return subprocess.run(
+        [str(simnode.PROBE_PATH)], capture_output=True, text=True, env=full, check=False, timeout=60
+    )
 
 
 def test_mode_off_shows_every_card_with_device_nodes(sim_node: simnode.SimNode) -> None:
@@ -77,10 +88,11 @@ def test_mode_on_nothing_carved_shows_nothing(sim_node: simnode.SimNode) -> None
 def test_mode_on_shows_exactly_the_named_partition(sim_node: simnode.SimNode) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     carve(sim_node, "4g.31gb", 0)
-    _, uuid = carve(sim_node, "2g.15gb", 1)
+    _ignored, uuid = carve(sim_node, "2g.15gb", 1)
     result = probe_view(sim_node, {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
     assert devices(result.stdout) == [
-        ("0", "partition", "0000:0c:00.0", "20", "16380", uuid, "3", "0")]
+        ("0", "partition", "0000:0c:00.0", "20", "16380", uuid, "3", "0")
+    ]
     bare = probe_view(sim_node, {"DMI_MIG_VISIBLE_DEVICE": uuid})
     assert bare.stdout == NONE
     unset = probe_view(sim_node)
@@ -89,8 +101,8 @@ def test_mode_on_shows_exactly_the_named_partition(sim_node: simnode.SimNode) ->
 
 def test_at_most_one_partition_whatever_is_given(sim_node: simnode.SimNode) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
-    _, a = carve(sim_node, "2g.15gb", 0)
-    _, b = carve(sim_node, "2g.15gb", 0)
+    _ignored, a = carve(sim_node, "2g.15gb", 0)
+    _ignored, b = carve(sim_node, "2g.15gb", 0)
     for value in (f"MIG-{a},MIG-{b}", "all"):
         shown = devices(probe_view(sim_node, {"DMI_MIG_VISIBLE_DEVICE": value}).stdout)
         assert len(shown) == 1 and shown[0][5] in (a, b)
@@ -111,76 +123,117 @@ def test_missing_hyhal_library_is_reported(sim_node: simnode.SimNode) -> None:
 
 def test_per_tree_view_overrides(sim_node: simnode.SimNode) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
-    _, uuid = carve(sim_node, "2g.15gb", 0)
+    _ignored, uuid = carve(sim_node, "2g.15gb", 0)
     env = sim_node.env({"PATH": os.environ.get("PATH", "")})
-    env.update({"HYDMI_PROBE_DEV": str(sim_node.root / "dev"),
-                "HYDMI_PROBE_REGISTRY": str(sim_node.registry_dir),
-                "HYDMI_PROBE_HYHAL": str(sim_node.root / "opt" / "hyhal"),
-                "DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
-    shown = subprocess.run([str(simnode.PROBE_PATH)], capture_output=True, text=True, env=env,
-                           check=False, timeout=60)
+    env.update(
+        {
+            "HYDMI_PROBE_DEV": str(sim_node.root / "dev"),
+            "HYDMI_PROBE_REGISTRY": str(sim_node.registry_dir),
+            "HYDMI_PROBE_HYHAL": str(sim_node.root / "opt" / "hyhal"),
+            "DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}",
+        }
+    )
+    shown = subprocess.run(
+        [str(simnode.PROBE_PATH)], capture_output=True, text=True, env=env, check=False, timeout=60
+    )
     assert [d[5] for d in devices(shown.stdout)] == [uuid]
     env["HYDMI_PROBE_REGISTRY"] = str(sim_node.root / "elsewhere")
-    hidden = subprocess.run([str(simnode.PROBE_PATH)], capture_output=True, text=True, env=env,
-                            check=False, timeout=60)
+    hidden = subprocess.run(
+        [str(simnode.PROBE_PATH)], capture_output=True, text=True, env=env, check=False, timeout=60
+    )
     assert hidden.stdout == NONE
 
 
 # ------------------------------------------------------------------ minirun (root) ----------
-def allocate_response(node: simnode.SimNode, card: int, confs: list[Path],
-                      envs: dict[str, str], conf_at: str | None = None) -> dict[str, Any]:
+def allocate_response(
+    node: simnode.SimNode,
+    card: int,
+    confs: list[Path],
+    envs: dict[str, str],
+    conf_at: str | None = None,
+) -> dict[str, Any]:
     """What the device plugin answers for one partition (hardware.md's container needs)."""
     devices_ = [
         {"container_path": "/dev/kfd", "host_path": str(node.kfd), "permissions": "rwm"},
         {"container_path": "/dev/mkfd", "host_path": str(node.mkfd), "permissions": "rwm"},
-        {"container_path": f"/dev/dri/card{card}", "host_path": str(node.card_node(card)),
-         "permissions": "rw"},
-        {"container_path": f"/dev/dri/renderD{128 + card}",
-         "host_path": str(node.render_node(card)), "permissions": "rw"},
+        {
+            "container_path": f"/dev/dri/card{card}",
+            "host_path": str(node.card_node(card)),
+            "permissions": "rw",
+        },
+        {
+            "container_path": f"/dev/dri/renderD{128 + card}",
+            "host_path": str(node.render_node(card)),
+            "permissions": "rw",
+        },
     ]
-    mounts = [{"container_path": "/opt/hyhal", "host_path": str(node.root / "opt" / "hyhal"),
-               "read_only": True}]
+    mounts = [
+        {
+            "container_path": "/opt/hyhal",
+            "host_path": str(node.root / "opt" / "hyhal"),
+            "read_only": True,
+        }
+    ]
     for conf in confs:
         inside = conf_at or "/" + str(conf.relative_to(node.root))
         mounts.append({"container_path": inside, "host_path": str(conf), "read_only": True})
     return {"envs": envs, "mounts": mounts, "devices": devices_}
 
 
-def minirun(node: simnode.SimNode, spec: dict[str, Any], tmp_path: Path, *command: str,
-            stdin: int | None = None) -> subprocess.CompletedProcess[str]:
+def minirun(
+    node: simnode.SimNode,
+    spec: dict[str, Any],
+    tmp_path: Path,
+    *command: str,
+    stdin: int | None = None,
+) -> subprocess.CompletedProcess[str]:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    return subprocess.run([str(simnode.MINIRUN_PATH), str(spec_path), *command],
-                          capture_output=True, text=True, env=node.env(), check=False,
-                          timeout=60, stdin=stdin)
+    return subprocess.run(
+        [str(simnode.MINIRUN_PATH), str(spec_path), *command],
+        capture_output=True,
+        text=True,
+        env=node.env(),
+        check=False,
+        timeout=60,
+        stdin=stdin,
+    )
 
 
 @needs_root
-def test_allocate_response_shows_exactly_one_partition(sim_node: simnode.SimNode,
-                                                       tmp_path: Path) -> None:
+def test_allocate_response_shows_exactly_one_partition(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     conf, uuid = carve(sim_node, "2g.15gb", 1)
     spec = allocate_response(sim_node, 1, [conf], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
     result = minirun(sim_node, spec, tmp_path, "dcu-probe")
     assert result.returncode == 0, result.stderr
     assert devices(result.stdout) == [
-        ("0", "partition", "0000:0c:00.0", "20", "16380", uuid, "3", "0")]
+        ("0", "partition", "0000:0c:00.0", "20", "16380", uuid, "3", "0")
+    ]
 
 
 @needs_root
 def test_conf_bound_elsewhere_is_not_found(sim_node: simnode.SimNode, tmp_path: Path) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     conf, uuid = carve(sim_node, "2g.15gb", 0)
-    spec = allocate_response(sim_node, 0, [conf], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"},
-                             conf_at=f"/etc/mig/{conf.name}")
+    spec = allocate_response(
+        sim_node,
+        0,
+        [conf],
+        {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"},
+        conf_at=f"/etc/mig/{conf.name}",
+    )
     assert minirun(sim_node, spec, tmp_path, "dcu-probe").stdout == NONE
 
 
 @needs_root
-def test_device_nodes_without_registry_file_show_nothing(sim_node: simnode.SimNode,
-                                                         tmp_path: Path) -> None:
+def test_device_nodes_without_registry_file_show_nothing(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
-    _, uuid = carve(sim_node, "2g.15gb", 0)
+    _ignored, uuid = carve(sim_node, "2g.15gb", 0)
     spec = allocate_response(sim_node, 0, [], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
     assert minirun(sim_node, spec, tmp_path, "dcu-probe").stdout == NONE
 
@@ -190,8 +243,9 @@ def test_two_partitions_given_one_seen(sim_node: simnode.SimNode, tmp_path: Path
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     conf_a, a = carve(sim_node, "2g.15gb", 0)
     conf_b, b = carve(sim_node, "4g.31gb", 0)
-    spec = allocate_response(sim_node, 0, [conf_a, conf_b],
-                             {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{a},MIG-{b}"})
+    spec = allocate_response(
+        sim_node, 0, [conf_a, conf_b], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{a},MIG-{b}"}
+    )
     assert len(devices(minirun(sim_node, spec, tmp_path, "dcu-probe").stdout)) == 1
 
 
@@ -199,7 +253,8 @@ def test_two_partitions_given_one_seen(sim_node: simnode.SimNode, tmp_path: Path
 def test_mode_off_whole_card_through_minirun(sim_node: simnode.SimNode, tmp_path: Path) -> None:
     spec = allocate_response(sim_node, 1, [], {})
     assert devices(minirun(sim_node, spec, tmp_path, "dcu-probe").stdout) == [
-        ("0", "card", "0000:0c:00.0", "80", "65520", None, None, None)]
+        ("0", "card", "0000:0c:00.0", "80", "65520", None, None, None)
+    ]
 
 
 @needs_root
@@ -214,8 +269,9 @@ def test_conf_is_read_only_inside(sim_node: simnode.SimNode, tmp_path: Path) -> 
 
 
 @needs_root
-def test_missing_bind_source_becomes_a_poison_directory(sim_node: simnode.SimNode,
-                                                        tmp_path: Path) -> None:
+def test_missing_bind_source_becomes_a_poison_directory(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     gone = sim_node.ci_conf(0, 3)
     spec = allocate_response(sim_node, 0, [gone], {})
@@ -230,24 +286,29 @@ def test_plain_file_is_refused_as_a_device(sim_node: simnode.SimNode, tmp_path: 
     plain = tmp_path / "not-a-device"
     plain.write_text("")
     spec = allocate_response(sim_node, 0, [], {})
-    spec["devices"].append({"container_path": "/dev/fake", "host_path": str(plain),
-                            "permissions": "rw"})
+    spec["devices"].append(
+        {"container_path": "/dev/fake", "host_path": str(plain), "permissions": "rw"}
+    )
     result = minirun(sim_node, spec, tmp_path, "true")
     assert result.returncode == 125 and "not a character device" in result.stderr
 
 
 @needs_root
 def test_workload_in_a_container_blocks_destroy_and_mode_switch(
-        sim_node: simnode.SimNode, tmp_path: Path,
-        kfd_holder: Callable[..., object]) -> None:
+    sim_node: simnode.SimNode, tmp_path: Path, kfd_holder: Callable[..., object]
+) -> None:
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
     conf, uuid = carve(sim_node, "2g.15gb", 0)
     spec = allocate_response(sim_node, 0, [conf], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    workload = subprocess.Popen([str(simnode.MINIRUN_PATH), str(spec_path), "dcu-probe",
-                                 "--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=sim_node.env())
+    workload = subprocess.Popen(
+        [str(simnode.MINIRUN_PATH), str(spec_path), "dcu-probe", "--hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=sim_node.env(),
+    )
     try:
         assert workload.stdout is not None
         assert "kind=partition" in workload.stdout.readline()
@@ -262,19 +323,25 @@ def test_workload_in_a_container_blocks_destroy_and_mode_switch(
 
 
 @needs_root
-def test_container_holding_kfd_blocks_the_mode_switch(sim_node: simnode.SimNode,
-                                                      tmp_path: Path) -> None:
+def test_container_holding_kfd_blocks_the_mode_switch(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(json.dumps(allocate_response(sim_node, 0, [], {})))
-    workload = subprocess.Popen([str(simnode.MINIRUN_PATH), str(spec_path), "dcu-probe",
-                                 "--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True, env=sim_node.env())
+    workload = subprocess.Popen(
+        [str(simnode.MINIRUN_PATH), str(spec_path), "dcu-probe", "--hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=sim_node.env(),
+    )
     try:
         assert workload.stdout is not None
         assert "kind=card" in workload.stdout.readline()
         busy = hy_smi(sim_node, "-mig", "1")
-        assert busy.stdout == ("Error: Set system level mig mode failed. "
-                               "The device is exist and may be in use.\n")
+        assert busy.stdout == (
+            "Error: Set system level mig mode failed. The device is exist and may be in use.\n"
+        )
     finally:
         workload.communicate(input="", timeout=60)
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
@@ -287,10 +354,22 @@ def test_minirun_accepts_protobuf_json_names(sim_node: simnode.SimNode, tmp_path
     snake = allocate_response(sim_node, 0, [conf], {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{uuid}"})
     camel = {
         "envs": snake["envs"],
-        "mounts": [{"containerPath": m["container_path"], "hostPath": m["host_path"],
-                    "readOnly": m["read_only"]} for m in snake["mounts"]],
-        "devices": [{"containerPath": d["container_path"], "hostPath": d["host_path"],
-                     "permissions": d["permissions"]} for d in snake["devices"]],
+        "mounts": [
+            {
+                "containerPath": m["container_path"],
+                "hostPath": m["host_path"],
+                "readOnly": m["read_only"],
+            }
+            for m in snake["mounts"]
+        ],
+        "devices": [
+            {
+                "containerPath": d["container_path"],
+                "hostPath": d["host_path"],
+                "permissions": d["permissions"],
+            }
+            for d in snake["devices"]
+        ],
     }
     shown = devices(minirun(sim_node, camel, tmp_path, "dcu-probe").stdout)
     assert [d[5] for d in shown] == [uuid]

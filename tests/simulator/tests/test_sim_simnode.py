@@ -11,15 +11,26 @@ import pytest
 import simnode
 
 
-def run_simnode(*args: str, env: dict[str, str] | None = None
-                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(simnode.SIMNODE_PATH), *args], capture_output=True, text=True,
-                          check=False, timeout=60, env=env)
+def run_simnode(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(simnode.SIMNODE_PATH), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=env,
+    )
 
 
 def hy_smi(node: simnode.SimNode, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(simnode.HY_SMI_PATH), *args], capture_output=True, text=True,
-                          env=node.env(), check=False, timeout=60)
+    return subprocess.run(
+        [str(simnode.HY_SMI_PATH), *args],
+        capture_output=True,
+        text=True,
+        env=node.env(),
+        check=False,
+        timeout=60,
+    )
 
 
 def test_init_lays_out_a_fresh_node(sim_build: object, tmp_path: Path) -> None:
@@ -28,8 +39,11 @@ def test_init_lays_out_a_fresh_node(sim_build: object, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     node = simnode.open_node(root)
     assert (node.model.name, node.cards, node.virtualization) == ("c3000-bw", 3, True)
-    paths = [node.kfd, node.mkfd] + [node.card_node(i) for i in range(3)] + [
-        node.render_node(i) for i in range(3)]
+    paths = (
+        [node.kfd, node.mkfd]
+        + [node.card_node(i) for i in range(3)]
+        + [node.render_node(i) for i in range(3)]
+    )
     for path in paths:
         mode = path.lstat().st_mode
         if os.geteuid() == 0:
@@ -114,19 +128,20 @@ def test_fail_next_rejects_unknown_ops(sim_node: simnode.SimNode) -> None:
         sim_node.fail_next("explode")
 
 
-def test_kfd_holder_fixture_really_holds(sim_node: simnode.SimNode,
-                                         kfd_holder: object) -> None:
+def test_kfd_holder_fixture_really_holds(sim_node: simnode.SimNode, kfd_holder: object) -> None:
     holder = kfd_holder(sim_node.kfd)  # type: ignore[operator]
-    links = {os.readlink(f"/proc/{holder.pid}/fd/{fd}")
-             for fd in os.listdir(f"/proc/{holder.pid}/fd")}
+    links = {
+        os.readlink(f"/proc/{holder.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{holder.pid}/fd")
+    }
     assert str(sim_node.kfd) in links
     holder.release()
     assert not Path(f"/proc/{holder.pid}").exists() or holder.process.poll() is not None
 
 
 def test_build_is_strict_about_warnings(sim_build: object) -> None:
-    dry = subprocess.run(["make", "-B", "-n", "-C", str(simnode.HERE)], capture_output=True,
-                         text=True, check=True).stdout.replace("\\\n", " ")
+    dry = subprocess.run(
+        ["make", "-B", "-n", "-C", str(simnode.HERE)], capture_output=True, text=True, check=True
+    ).stdout.replace("\\\n", " ")
     compiles = [line for line in dry.splitlines() if "-o build/" in line]
     assert len(compiles) == 3
     for line in compiles:
@@ -134,8 +149,12 @@ def test_build_is_strict_about_warnings(sim_build: object) -> None:
 
 
 def test_hold_command_is_a_real_holder(sim_node: simnode.SimNode) -> None:
-    holder = subprocess.Popen([str(simnode.SIMNODE_PATH), "hold", str(sim_node.kfd)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [str(simnode.SIMNODE_PATH), "hold", str(sim_node.kfd)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().startswith(f"holding {sim_node.kfd} pid ")

@@ -254,7 +254,8 @@ def _amount(container: _Container, name: str) -> tuple[int | None, list[Violatio
 
 def _check_mixing(containers: list[_Container]) -> Iterator[Violation]:
     partitioned = [
-        c for c in containers
+        c
+        for c in containers
         if c.kind is not _Kind.EPHEMERAL and any(map(_is_partition, c.vendor_resources()))
     ]
     if not partitioned:

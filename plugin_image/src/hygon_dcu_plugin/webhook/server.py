@@ -68,8 +68,12 @@ class AdmissionServer(ThreadingHTTPServer):
             connection = self.certificates.context().wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as error:
             self.metrics.handshake_failure()
-            log(logging.WARNING, "tls_handshake_failed", client=str(client_address[0]),
-                error=str(error))
+            log(
+                logging.WARNING,
+                "tls_handshake_failed",
+                client=str(client_address[0]),
+                error=str(error),
+            )
             return
         try:
             AdmissionHandler(connection, client_address, self)
@@ -93,8 +97,9 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
             if self.server.draining.is_set():
-                self._send(HTTPStatus.SERVICE_UNAVAILABLE, b"shutting down\n",
-                           "text/plain; charset=utf-8")
+                self._send(
+                    HTTPStatus.SERVICE_UNAVAILABLE, b"shutting down\n", "text/plain; charset=utf-8"
+                )
             else:
                 self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
         elif path == "/metrics":
@@ -131,8 +136,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self._error(
                 HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
                 "wrong-content-type",
-                f"Content-Type {media_type or '(none)'!r} is not supported; send "
-                "application/json",
+                f"Content-Type {media_type or '(none)'!r} is not supported; send application/json",
             )
             return
         body = self._read_body()
@@ -145,8 +149,11 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             return
         except Exception:  # a bug here must still answer, never drop the connection
             log(logging.ERROR, "review_failed", exc_info=True)
-            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "internal-error",
-                        "the webhook failed to check this pod; see its log")
+            self._error(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                "internal-error",
+                "the webhook failed to check this pod; see its log",
+            )
             return
         rules = [violation.rule for violation in decision.violations]
         self.server.metrics.review(decision.allowed, rules)
@@ -180,7 +187,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
             self._error(
-                HTTPStatus.LENGTH_REQUIRED, "chunked-body",
+                HTTPStatus.LENGTH_REQUIRED,
+                "chunked-body",
                 "chunked bodies are not supported; send Content-Length",
             )
             return None
@@ -195,14 +203,16 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         if length < 0:
             self.close_connection = True
             self._error(
-                HTTPStatus.BAD_REQUEST, "bad-content-length",
+                HTTPStatus.BAD_REQUEST,
+                "bad-content-length",
                 f"Content-Length {length_header!r} is not a byte count",
             )
             return None
         if length > self.server.max_body:
             self.close_connection = True
             self._error(
-                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body-too-large",
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                "body-too-large",
                 f"the body is {length} bytes; at most {self.server.max_body} are accepted",
             )
             return None
@@ -212,13 +222,20 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             # The client vanished mid-body (TLS EOF, reset, timeout): nobody to answer.
             self.close_connection = True
             self.server.metrics.bad_request("short-body")
-            log(logging.WARNING, "bad_request", reason="short-body", error=str(error),
-                method=self.command, path=self.path)
+            log(
+                logging.WARNING,
+                "bad_request",
+                reason="short-body",
+                error=str(error),
+                method=self.command,
+                path=self.path,
+            )
             return None
         if len(body) != length:
             self.close_connection = True
             self._error(
-                HTTPStatus.BAD_REQUEST, "short-body",
+                HTTPStatus.BAD_REQUEST,
+                "short-body",
                 f"the body ended after {len(body)} of {length} bytes",
             )
             return None
@@ -226,7 +243,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
 
     def _method_not_allowed(self, allowed: str) -> None:
         self._error(
-            HTTPStatus.METHOD_NOT_ALLOWED, "method-not-allowed",
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            "method-not-allowed",
             f"{self.command} is not allowed on {self.path.split('?', 1)[0]}; use {allowed}",
             headers={"Allow": allowed},
         )
@@ -239,8 +257,15 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
     ) -> None:
         self.server.metrics.bad_request(reason)
-        log(logging.WARNING, "bad_request", status=int(status), reason=reason, message=message,
-            method=self.command, path=self.path)
+        log(
+            logging.WARNING,
+            "bad_request",
+            status=int(status),
+            reason=reason,
+            message=message,
+            method=self.command,
+            path=self.path,
+        )
         body = json.dumps({"error": message, "reason": reason, "code": int(status)}).encode()
         self._send(status, body, "application/json", headers)
 
@@ -276,17 +301,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--cert-file", default=DEFAULT_CERT, help="PEM certificate (chain)")
     parser.add_argument("--key-file", default=DEFAULT_KEY, help="PEM private key")
-    parser.add_argument("--address", default="0.0.0.0",  # noqa: S104 - serves the pod network
-                        help="address to listen on ('::' for IPv6)")
+    parser.add_argument(
+        "--address",
+        default="0.0.0.0",  # noqa: S104 - serves the pod network
+        help="address to listen on ('::' for IPv6)",
+    )
     parser.add_argument("--port", type=int, default=8443)
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
     parser.add_argument(
-        "--shutdown-delay-seconds", type=float, default=5.0,
+        "--shutdown-delay-seconds",
+        type=float,
+        default=5.0,
         help="after SIGTERM, keep answering (with /healthz failing) this long so the API "
-             "server stops sending before the port closes; a second signal stops at once",
+        "server stops sending before the port closes; a second signal stops at once",
     )
-    parser.add_argument("--log-level", default="info",
-                        choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     return parser
 
 
@@ -310,14 +341,22 @@ def main(argv: list[str]) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     logs.configure(options.log_level)
     try:
-        server = serve(options.address, options.port, options.cert_file, options.key_file,
-                       options.max_body_bytes)
+        server = serve(
+            options.address,
+            options.port,
+            options.cert_file,
+            options.key_file,
+            options.max_body_bytes,
+        )
     except CertificateError as error:
         log(logging.ERROR, "startup_failed", error=str(error))
         return 2
     except OSError as error:
-        log(logging.ERROR, "startup_failed",
-            error=f"cannot listen on {options.address}:{options.port}: {error.strerror}")
+        log(
+            logging.ERROR,
+            "startup_failed",
+            error=f"cannot listen on {options.address}:{options.port}: {error.strerror}",
+        )
         return 2
 
     def stop(signum: int, _frame: FrameType | None) -> None:

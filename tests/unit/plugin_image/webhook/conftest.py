@@ -27,7 +27,7 @@ def authority() -> Authority:
 
 @pytest.fixture
 def running_webhook(tmp_path: Path, authority: Authority) -> Iterator[Running]:
-    cert_pem, key_pem, _ = authority.issue()
+    cert_pem, key_pem, _ignored = authority.issue()
     cert_path = tmp_path / "tls.crt"
     key_path = tmp_path / "tls.key"
     cert_path.write_bytes(cert_pem)
@@ -57,12 +57,19 @@ RENDER_SETS: dict[str, dict[str, Any]] = {
         "hygon_dcu_admission_replicas": 3,
         "hygon_dcu_admission_port": 9443,
         "hygon_dcu_admission_tls_secret": "dcu-admission-cert",
-        "hygon_dcu_admission_resources": {"requests": {"cpu": "100m", "memory": "96Mi"},
-                                          "limits": {"cpu": "1", "memory": "256Mi"}},
+        "hygon_dcu_admission_resources": {
+            "requests": {"cpu": "100m", "memory": "96Mi"},
+            "limits": {"cpu": "1", "memory": "256Mi"},
+        },
         "hygon_dcu_admission_log_level": "debug",
         "hygon_dcu_admission_node_selector": {"node-role.kubernetes.io/control-plane": ""},
-        "hygon_dcu_admission_tolerations": [{"key": "node-role.kubernetes.io/control-plane",
-                                             "operator": "Exists", "effect": "NoSchedule"}],
+        "hygon_dcu_admission_tolerations": [
+            {
+                "key": "node-role.kubernetes.io/control-plane",
+                "operator": "Exists",
+                "effect": "NoSchedule",
+            }
+        ],
         "hygon_dcu_admission_priority_class": "system-cluster-critical",
         "hygon_dcu_admission_timeout_seconds": 10,
         "hygon_dcu_admission_excluded_namespaces": ["kube-system"],
@@ -84,7 +91,6 @@ def renders(tmp_path_factory: pytest.TempPathFactory, authority: Authority) -> d
     variables = {name: dict(values) for name, values in RENDER_SETS.items()}
     variables["defaults"]["hygon_dcu_admission_ca_bundle"] = pem
     variables["no-image"]["hygon_dcu_admission_ca_bundle"] = pem
-    variables["custom"]["hygon_dcu_admission_ca_bundle"] = base64.b64encode(
-        authority.pem).decode()
+    variables["custom"]["hygon_dcu_admission_ca_bundle"] = base64.b64encode(authority.pem).decode()
     started = {name: start_render(base / name, values) for name, values in variables.items()}
     return {name: finish_render(base / name, process) for name, process in started.items()}

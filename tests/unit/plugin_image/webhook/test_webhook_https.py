@@ -31,7 +31,7 @@ def test_table_over_https(running_webhook: Running) -> None:
         message = response["status"]["message"]
         for violation in check_pod(case.pod):
             assert violation.message in message, case.id
-        for _, container_name in case.denied:
+        for _ignored, container_name in case.denied:
             assert f'"{container_name}"' in message, case.id
 
 
@@ -41,7 +41,7 @@ def _case(case_id: str) -> Case:
 
 def test_decisions_are_counted_by_rule(running_webhook: Running) -> None:
     for case_id in ("limits-only", "family-without-profile", "two-containers-each-wrong"):
-        status, _ = running_webhook.review(admission_review(_case(case_id).pod))
+        status, _ignored = running_webhook.review(admission_review(_case(case_id).pod))
         assert status == 200
 
     def reviews(decision: str) -> float:
@@ -62,7 +62,8 @@ def test_keep_alive_serves_several_reviews_on_one_connection(running_webhook: Ru
     try:
         for number, case in enumerate(CASES[:5]):
             connection.request(
-                "POST", "/validate",
+                "POST",
+                "/validate",
                 body=json.dumps(admission_review(case.pod, uid=f"uid-{number}")).encode(),
                 headers={"Content-Type": "application/json; charset=utf-8"},
             )
@@ -105,16 +106,43 @@ def _post(
         (b"", "invalid-json"),
         (b"[1, 2]", "not-an-object"),
         (b"[" * 20_000 + b"]" * 20_000, "invalid-json"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
-                     "request": {"uid": "u"}}).encode(), "wrong-kind"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
-         "no-request"),
-        (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                     "request": {"operation": "CREATE"}}).encode(), "no-uid"),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1beta1",
+                    "kind": "AdmissionReview",
+                    "request": {"uid": "u"},
+                }
+            ).encode(),
+            "wrong-kind",
+        ),
+        (
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+            "no-request",
+        ),
+        (
+            json.dumps(
+                {
+                    "apiVersion": "admission.k8s.io/v1",
+                    "kind": "AdmissionReview",
+                    "request": {"operation": "CREATE"},
+                }
+            ).encode(),
+            "no-uid",
+        ),
         (json.dumps(admission_review(None)).encode(), "no-object"),
     ],
-    ids=["truncated", "not-utf8", "empty", "array", "too-deep", "v1beta1",
-         "no-request", "no-uid", "no-object"],
+    ids=[
+        "truncated",
+        "not-utf8",
+        "empty",
+        "array",
+        "too-deep",
+        "v1beta1",
+        "no-request",
+        "no-uid",
+        "no-object",
+    ],
 )
 def test_malformed_body_gets_400_and_server_keeps_serving(
     running_webhook: Running, body: bytes, reason: str
@@ -125,7 +153,7 @@ def test_malformed_body_gets_400_and_server_keeps_serving(
     assert error["reason"] == reason
     assert error["code"] == 400
     assert error["error"]
-    status, _, text = running_webhook.request("GET", "/healthz")
+    status, _ignored, text = running_webhook.request("GET", "/healthz")
     assert (status, text) == (200, b"ok\n")
     metric = f'hygon_dcu_admission_bad_requests_total{{reason="{reason}"}}'
     assert running_webhook.metric(metric) == 1
@@ -133,7 +161,7 @@ def test_malformed_body_gets_400_and_server_keeps_serving(
 
 def test_wrong_content_type_is_415(running_webhook: Running) -> None:
     body = json.dumps(admission_review(pod(container("a")))).encode()
-    status, _, error = _post(running_webhook, body, "text/plain")
+    status, _ignored, error = _post(running_webhook, body, "text/plain")
     assert status == 415
     assert "application/json" in error["error"]
 
@@ -164,8 +192,10 @@ def test_wrong_method_or_path(
 def _raw_exchange(running: Running, request: bytes) -> bytes:
     """Send bytes over TLS exactly as given (no client library fixing them up)."""
     context = running.client_context()
-    with socket.create_connection(("127.0.0.1", running.port), timeout=10) as plain, \
-            context.wrap_socket(plain, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", running.port), timeout=10) as plain,
+        context.wrap_socket(plain, server_hostname="127.0.0.1") as tls,
+    ):
         tls.sendall(request)
         chunks = []
         while chunk := tls.recv(65536):
@@ -205,10 +235,14 @@ def test_chunked_body_is_refused(running_webhook: Running) -> None:
 
 def test_body_shorter_than_content_length_is_refused(running_webhook: Running) -> None:
     context = running_webhook.client_context()
-    with socket.create_connection(("127.0.0.1", running_webhook.port), timeout=10) as plain, \
-            context.wrap_socket(plain, server_hostname="127.0.0.1") as tls:
-        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: 100\r\n\r\n{}")
+    with (
+        socket.create_connection(("127.0.0.1", running_webhook.port), timeout=10) as plain,
+        context.wrap_socket(plain, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(
+            b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 100\r\n\r\n{}"
+        )
         # The client gives up after 2 of 100 bytes: TCP end without a TLS close_notify.
         # SSLSocket.shutdown would drop the TLS layer; the plain socket's keeps it.
         socket.socket.shutdown(tls, socket.SHUT_WR)
@@ -260,10 +294,12 @@ def test_plain_http_to_the_tls_port_is_dropped(running_webhook: Running) -> None
 
 def test_certificate_names_the_service(running_webhook: Running) -> None:
     context = running_webhook.client_context()
-    with socket.create_connection(("127.0.0.1", running_webhook.port), timeout=10) as plain, \
-            context.wrap_socket(
-                plain, server_hostname="hygon-dcu-admission.hygon-dcu-system.svc"
-            ) as tls:
+    with (
+        socket.create_connection(("127.0.0.1", running_webhook.port), timeout=10) as plain,
+        context.wrap_socket(
+            plain, server_hostname="hygon-dcu-admission.hygon-dcu-system.svc"
+        ) as tls,
+    ):
         peer: Any = tls.getpeercert()
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
     assert ("DNS", "hygon-dcu-admission.hygon-dcu-system.svc") in peer["subjectAltName"]
@@ -277,7 +313,7 @@ def test_a_bug_in_the_rules_answers_500_not_a_dropped_connection(
 
     monkeypatch.setattr("hygon_dcu_plugin.webhook.review.check_pod", broken)
     body = json.dumps(admission_review(pod(container("a")))).encode()
-    status, _, error = _post(running_webhook, body)
+    status, _ignored, error = _post(running_webhook, body)
     assert status == 500
     assert error["reason"] == "internal-error"
     monkeypatch.undo()

@@ -25,15 +25,30 @@ def _events(lines: list[str]) -> list[dict[str, Any]]:
 def test_process_serves_drains_on_sigterm_and_logs_json(
     tmp_path: Path, authority: Authority
 ) -> None:
-    cert_pem, key_pem, _ = authority.issue()
+    cert_pem, key_pem, _ignored = authority.issue()
     (tmp_path / "tls.crt").write_bytes(cert_pem)
     (tmp_path / "tls.key").write_bytes(key_pem)
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "hygon_dcu_plugin.webhook", "--address", "127.0.0.1",
-         "--port", "0", "--cert-file", str(tmp_path / "tls.crt"),
-         "--key-file", str(tmp_path / "tls.key"), "--shutdown-delay-seconds", "600"],
-        env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hygon_dcu_plugin.webhook",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cert-file",
+            str(tmp_path / "tls.crt"),
+            "--key-file",
+            str(tmp_path / "tls.key"),
+            "--shutdown-delay-seconds",
+            "600",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     lines: list[str] = []
 
@@ -48,8 +63,9 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
 
     try:
         listening = next_event("listening")
-        running = Running(None, listening["port"], authority.pem,
-                          tmp_path / "tls.crt", tmp_path / "tls.key")
+        running = Running(
+            None, listening["port"], authority.pem, tmp_path / "tls.crt", tmp_path / "tls.key"
+        )
         bad_pod = pod(container("train", {FAMILY: "1"}))
         status, answer = running.review(admission_review(bad_pod, uid="uid-main"))
         assert status == 200
@@ -64,7 +80,7 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
     finally:
         # Second SIGTERM: stop now (the test would hang on the 600 s delay otherwise).
         process.send_signal(signal.SIGTERM)
-        _, rest = process.communicate(timeout=60)
+        _ignored, rest = process.communicate(timeout=60)
     assert process.returncode == 0
     events = _events(lines + rest.splitlines())
     reviews = [event for event in events if event["event"] == "admission_review"]
@@ -79,9 +95,18 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
 def test_missing_certificate_exits_2_with_a_clear_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["--address", "127.0.0.1", "--port", "0",
-                 "--cert-file", str(tmp_path / "none.crt"),
-                 "--key-file", str(tmp_path / "none.key")])
+    code = main(
+        [
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--cert-file",
+            str(tmp_path / "none.crt"),
+            "--key-file",
+            str(tmp_path / "none.key"),
+        ]
+    )
     assert code == 2
     event = _events(capsys.readouterr().err.splitlines())[-1]
     assert event["event"] == "startup_failed"

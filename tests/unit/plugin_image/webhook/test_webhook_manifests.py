@@ -29,8 +29,9 @@ def test_schemas_strict(renders: dict[str, Rendered], render_set: str, version: 
         try:
             used = kubernetes_validate.validate(document, f"{version}.0", strict=True)
         except kubernetes_validate.ValidationError as error:
-            pytest.fail(f"{render_set}/{name} against {version}: {error.message} at "
-                        f"{list(error.path)}")
+            pytest.fail(
+                f"{render_set}/{name} against {version}: {error.message} at {list(error.path)}"
+            )
         # validate() falls back to the newest schema not newer than asked: insist on the one.
         assert used == version, (name, used)
 
@@ -46,8 +47,11 @@ def test_strict_validation_catches_unknown_fields(renders: dict[str, Rendered]) 
 
 def _parts(rendered: Rendered) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     documents = rendered.documents
-    return (documents["deployment"], documents["service"],
-            documents["validatingwebhookconfiguration"])
+    return (
+        documents["deployment"],
+        documents["service"],
+        documents["validatingwebhookconfiguration"],
+    )
 
 
 @pytest.mark.parametrize("render_set", VALID_SETS)
@@ -79,17 +83,23 @@ def test_service_and_webhook_reach_the_server(
     assert volume["secret"]["secretName"]
 
     client = config["webhooks"][0]["clientConfig"]["service"]
-    assert client == {"namespace": service["metadata"]["namespace"],
-                      "name": service["metadata"]["name"], "path": VALIDATE_PATH,
-                      "port": port["port"]}
+    assert client == {
+        "namespace": service["metadata"]["namespace"],
+        "name": service["metadata"]["name"],
+        "path": VALIDATE_PATH,
+        "port": port["port"],
+    }
     for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "https",
-                                               "scheme": "HTTPS"}
+        assert container[probe]["httpGet"] == {
+            "path": "/healthz",
+            "port": "https",
+            "scheme": "HTTPS",
+        }
 
 
 @pytest.mark.parametrize("render_set", VALID_SETS)
 def test_pod_is_locked_down(renders: dict[str, Rendered], render_set: str) -> None:
-    deployment, _, _ = _parts(renders[render_set])
+    deployment, _ignored, _ignored = _parts(renders[render_set])
     pod_spec = deployment["spec"]["template"]["spec"]
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
     assert pod_spec["securityContext"]["runAsUser"] != 0
@@ -106,15 +116,21 @@ def test_pod_is_locked_down(renders: dict[str, Rendered], render_set: str) -> No
 def test_webhook_fails_closed_for_pod_create_only(
     renders: dict[str, Rendered], render_set: str
 ) -> None:
-    deployment, _, config = _parts(renders[render_set])
+    deployment, _ignored, config = _parts(renders[render_set])
     (webhook,) = config["webhooks"]
     assert webhook["failurePolicy"] == "Fail"
     assert webhook["sideEffects"] == "None"
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert 1 <= webhook["timeoutSeconds"] <= 30
-    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
-                                 "operations": ["CREATE"], "resources": ["pods"],
-                                 "scope": "Namespaced"}]
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
     (selector,) = webhook["namespaceSelector"]["matchExpressions"]
     assert selector["key"] == "kubernetes.io/metadata.name"
     assert selector["operator"] == "NotIn"
@@ -158,22 +174,24 @@ def test_custom_values_reach_the_manifests(
     webhook = config["webhooks"][0]
     assert webhook["timeoutSeconds"] == 10
     assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == [
-        "gpu-system", "kube-system"]
+        "gpu-system",
+        "kube-system",
+    ]
     # A bundle given as base64 is passed through unchanged.
     assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == authority.pem
 
 
 def test_cert_manager_injection_replaces_the_bundle(renders: dict[str, Rendered]) -> None:
-    _, _, config = _parts(renders["cert-manager"])
+    _ignored, _ignored, config = _parts(renders["cert-manager"])
     assert config["metadata"]["annotations"] == {
-        "cert-manager.io/inject-ca-from": "hygon-dcu-system/hygon-dcu-admission"}
+        "cert-manager.io/inject-ca-from": "hygon-dcu-system/hygon-dcu-admission"
+    }
     assert "caBundle" not in config["webhooks"][0]["clientConfig"]
 
 
 @pytest.mark.parametrize(
     ("render_set", "says"),
-    [("no-ca", "set hygon_dcu_admission_ca_bundle"),
-     ("no-image", "hygon_dcu_admission_image")],
+    [("no-ca", "set hygon_dcu_admission_ca_bundle"), ("no-image", "hygon_dcu_admission_image")],
 )
 def test_missing_required_variable_fails_the_render(
     renders: dict[str, Rendered], render_set: str, says: str

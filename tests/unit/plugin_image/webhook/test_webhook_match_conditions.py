@@ -28,7 +28,8 @@ def match_condition(renders: dict[str, Rendered]) -> Any:
     rendered = renders["defaults"]
     assert rendered.returncode == 0, rendered.output
     (condition,) = rendered.documents["validatingwebhookconfiguration"]["webhooks"][0][
-        "matchConditions"]
+        "matchConditions"
+    ]
     return _program(condition["expression"])
 
 
@@ -53,28 +54,69 @@ def test_table(match_condition: Any, case: Case) -> None:
     ("pod_object", "selected"),
     [
         ({"spec": {"containers": [{"name": "a"}]}}, False),
-        ({"spec": {"containers": [{"name": "a", "resources": {}}], "initContainers": []}},
-         False),
-        ({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}},
-         False),
-        ({"spec": {"containers": [{"name": "a", "resources": {"requests": {FAMILY: "1"}}}]}},
-         True),
-        ({"spec": {"containers": [{"name": "a"}],
-                   "initContainers": [{"name": "i", "resources": {"limits": {P2G: "1"}}}]}},
-         True),
-        ({"spec": {"containers": [{"name": "a"}],
-                   "initContainers": [{"name": "i", "resources": {"requests": {P2G: "1"}}}]}},
-         True),
-        ({"spec": {"containers": [{"name": "a", "resources": {
-            "limits": {"nothygon.com/dcu": "1", "hygon.community/x": "1",
-                       "example.com/hygon.com/": "1"}}}]}}, False),
-        ({"spec": {"containers": [{"name": "a"}], "ephemeralContainers": [
-            {"name": "e", "resources": {"limits": {FAMILY: "1"}}}]}}, False),
+        ({"spec": {"containers": [{"name": "a", "resources": {}}], "initContainers": []}}, False),
+        ({"spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}}, False),
+        ({"spec": {"containers": [{"name": "a", "resources": {"requests": {FAMILY: "1"}}}]}}, True),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "a"}],
+                    "initContainers": [{"name": "i", "resources": {"limits": {P2G: "1"}}}],
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "a"}],
+                    "initContainers": [{"name": "i", "resources": {"requests": {P2G: "1"}}}],
+                }
+            },
+            True,
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "a",
+                            "resources": {
+                                "limits": {
+                                    "nothygon.com/dcu": "1",
+                                    "hygon.community/x": "1",
+                                    "example.com/hygon.com/": "1",
+                                }
+                            },
+                        }
+                    ]
+                }
+            },
+            False,
+        ),
+        (
+            {
+                "spec": {
+                    "containers": [{"name": "a"}],
+                    "ephemeralContainers": [{"name": "e", "resources": {"limits": {FAMILY: "1"}}}],
+                }
+            },
+            False,
+        ),
         # No containers at all cannot happen for a valid pod; it still must not error.
         ({"spec": {}}, False),
     ],
-    ids=["no-resources", "empty-resources-and-init", "cpu-only", "requests-only",
-         "init-limits", "init-requests", "look-alike-names", "ephemeral-only", "no-containers"],
+    ids=[
+        "no-resources",
+        "empty-resources-and-init",
+        "cpu-only",
+        "requests-only",
+        "init-limits",
+        "init-requests",
+        "look-alike-names",
+        "ephemeral-only",
+        "no-containers",
+    ],
 )
 def test_absent_fields_and_look_alikes(
     match_condition: Any, pod_object: dict[str, Any], selected: bool
@@ -86,9 +128,7 @@ def test_has_guards_are_needed() -> None:
     """Without has(), a pod with no initContainers is an evaluation error, which the API
     server treats as a webhook failure: with failurePolicy Fail every such pod would be
     refused. This is why the expression guards each optional field."""
-    unguarded = _program(
-        "object.spec.initContainers.exists(c, has(c.resources))"
-    )
+    unguarded = _program("object.spec.initContainers.exists(c, has(c.resources))")
     plain = pod(container("app"))
     with pytest.raises(celpy.CELEvalError):
         unguarded.evaluate({"object": celpy.json_to_cel(plain)})

@@ -17,8 +17,10 @@ RELOADS = 'hygon_dcu_admission_tls_reloads_total{result="%s"}'
 def served_certificate(running: Running, ca_pem: bytes) -> x509.Certificate:
     """Complete a new handshake (verified against ca_pem) and return the server's certificate."""
     context = running.client_context(ca_pem)
-    with socket.create_connection(("127.0.0.1", running.port), timeout=10) as plain, \
-            context.wrap_socket(plain, server_hostname="127.0.0.1") as tls:
+    with (
+        socket.create_connection(("127.0.0.1", running.port), timeout=10) as plain,
+        context.wrap_socket(plain, server_hostname="127.0.0.1") as tls,
+    ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
@@ -77,8 +79,9 @@ def test_secret_volume_symlink_swap_is_seen(tmp_path: Path, authority: Authority
     os.symlink("..data/tls.key", volume / "tls.key")
 
     results: list[bool] = []
-    reloader = CertificateReloader(str(volume / "tls.crt"), str(volume / "tls.key"),
-                                   on_reload=results.append)
+    reloader = CertificateReloader(
+        str(volume / "tls.crt"), str(volume / "tls.key"), on_reload=results.append
+    )
     before = reloader.context()
     assert reloader.context() is before
     assert results == []
@@ -97,8 +100,8 @@ def test_missing_files_at_start_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_key_that_does_not_match_is_a_clear_error(tmp_path: Path, authority: Authority) -> None:
-    cert_pem, _, _ = authority.issue()
-    _, other_key, _ = authority.issue()
+    cert_pem, _ignored, _ignored = authority.issue()
+    _ignored, other_key, _ignored = authority.issue()
     (tmp_path / "tls.crt").write_bytes(cert_pem)
     (tmp_path / "tls.key").write_bytes(other_key)
     with pytest.raises(CertificateError, match="matching private key"):

@@ -80,9 +80,15 @@ def make_authority(name: str = "hygon-dcu test CA") -> Authority:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=False, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -131,14 +137,16 @@ class Running:
             connection.close()
 
     def review(self, review: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        status, _, body = self.request(
-            "POST", "/validate", json.dumps(review).encode(),
+        status, _ignored, body = self.request(
+            "POST",
+            "/validate",
+            json.dumps(review).encode(),
             {"Content-Type": "application/json"},
         )
         return status, json.loads(body)
 
     def metric(self, series: str) -> float:
-        status, _, body = self.request("GET", "/metrics")
+        status, _ignored, body = self.request("GET", "/metrics")
         assert status == 200
         for line in body.decode().splitlines():
             if line.startswith(series + " "):
@@ -173,7 +181,10 @@ def admission_review(
 REPO_ROOT = Path(__file__).resolve().parents[4]
 TEMPLATES = REPO_ROOT / "roles" / "device_plugin" / "templates" / "admission"
 TEMPLATE_NAMES = (
-    "deployment", "service", "validatingwebhookconfiguration", "poddisruptionbudget",
+    "deployment",
+    "service",
+    "validatingwebhookconfiguration",
+    "poddisruptionbudget",
 )
 
 _PLAYBOOK = """\
@@ -210,9 +221,19 @@ def start_render(workdir: Path, variables: dict[str, Any]) -> subprocess.Popen[s
     }
     playbook = str(Path(sys.executable).parent / "ansible-playbook")
     return subprocess.Popen(
-        [playbook, "-i", "localhost,", str(workdir / "play.yml"), "-e",
-         "@" + str(workdir / "vars.json")],
-        cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            playbook,
+            "-i",
+            "localhost,",
+            str(workdir / "play.yml"),
+            "-e",
+            "@" + str(workdir / "vars.json"),
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -224,7 +245,7 @@ class Rendered:
 
 
 def finish_render(workdir: Path, process: subprocess.Popen[str]) -> Rendered:
-    output, _ = process.communicate(timeout=300)
+    output, _ignored = process.communicate(timeout=300)
     documents = {}
     if process.returncode == 0:
         for name in TEMPLATE_NAMES:

@@ -21,9 +21,22 @@ BENCH = Path(__file__).resolve().parents[4] / "bench" / "holder_scan.py"
 )
 def test_benchmark_runs_on_a_tiny_load() -> None:
     completed = subprocess.run(
-        [sys.executable, str(BENCH), "--processes", "12", "--fds", "3", "--holders", "2",
-         "--repeat", "1"],
-        capture_output=True, text=True, check=False, timeout=120,
+        [
+            sys.executable,
+            str(BENCH),
+            "--processes",
+            "12",
+            "--fds",
+            "3",
+            "--holders",
+            "2",
+            "--repeat",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "all methods agree: yes" in completed.stdout

@@ -120,9 +120,7 @@ def test_survives_processes_exiting_during_the_scan(holders: Holders, devices: D
     def churn() -> None:
         while not stop.is_set():
             # Short-lived processes that briefly hold the file appear and vanish mid-scan.
-            subprocess.run(
-                ["sh", "-c", f"exec 3<{kfd}; :"], check=False, stdin=subprocess.DEVNULL
-            )
+            subprocess.run(["sh", "-c", f"exec 3<{kfd}; :"], check=False, stdin=subprocess.DEVNULL)
 
     workers = [threading.Thread(target=churn) for _worker in range(3)]
     for worker in workers:

@@ -43,8 +43,9 @@ def test_bw_card_inventory_with_mode_off(sim_node: SimNode) -> None:
     card = cards[0]
     assert card.pci is None  # the registry exists only while the mode is on
     assert (card.slice_count, card.cu_count, card.memory_mib, card.healthy) == (4, 80, 65520, True)
-    assert [(p.name, p.id, p.slices, p.cu_count, p.memory_mib, p.gi_count_max) for p in
-            card.profiles] == [
+    assert [
+        (p.name, p.id, p.slices, p.cu_count, p.memory_mib, p.gi_count_max) for p in card.profiles
+    ] == [
         ("2g.15gb", 3, 1, 20, 16380, 4),
         ("4g.31gb", 1, 2, 40, 32760, 2),
         ("8g.63gb", 0, 4, 80, 65520, 1),
@@ -65,8 +66,13 @@ def test_hypothetical_model_is_discovered_not_assumed(sim_node_factory: SimNodeF
     assert len(cards) == 3
     card = cards[2]
     assert card.pci == "0000:5e:00.0"
-    assert [p.name for p in card.profiles] == ["1g.16gb", "2g.32gb", "3g.48gb", "4g.64gb",
-                                               "8g.128gb"]
+    assert [p.name for p in card.profiles] == [
+        "1g.16gb",
+        "2g.32gb",
+        "3g.48gb",
+        "4g.64gb",
+        "8g.128gb",
+    ]
     assert [p.slices for p in card.profiles] == [1, 2, 3, 4, 8]  # widths 5..7 are gaps
     # real CU count: max(cu_count x gi_count_max) = max(112, 112, 84, 112, 112)
     assert card.cu_count == 112 and card.slice_count == 8

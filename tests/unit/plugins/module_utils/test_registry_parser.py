@@ -352,8 +352,18 @@ def test_any_bytes_parse_without_raising(soup: bytes) -> None:
             st.from_regex(r"[a-z_]{1,12}", fullmatch=True),
             st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=20),
         ).filter(
-            lambda kv: kv[0] not in ("pci", "id", "profile_id", "cu_count", "memory_size_MB",
-                                     "gi_id", "mig_uuid")
+            lambda kv: (
+                kv[0]
+                not in (
+                    "pci",
+                    "id",
+                    "profile_id",
+                    "cu_count",
+                    "memory_size_MB",
+                    "gi_id",
+                    "mig_uuid",
+                )
+            )
         ),
         max_size=3,
         unique_by=lambda kv: kv[0],

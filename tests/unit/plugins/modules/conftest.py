@@ -15,9 +15,7 @@ ModuleRunner = Callable[..., dict[str, Any]]
 
 
 @pytest.fixture
-def run_module(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> ModuleRunner:
+def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> ModuleRunner:
     """``run_module(module, args, check_mode=False, diff=False)`` -> the module's result dict.
 
     ``result["failed"]`` is true when the module called fail_json.

@@ -55,9 +55,7 @@ def test_wait_returns_once_the_holder_goes(
     releaser = threading.Timer(0.5, holder.release)
     releaser.start()
     try:
-        result = run_module(
-            kfd_holders_info, {"host_root": str(sim_node.root), "wait_timeout": 60}
-        )
+        result = run_module(kfd_holders_info, {"host_root": str(sim_node.root), "wait_timeout": 60})
     finally:
         releaser.join()
     assert "failed" not in result and result["holders"] == []
@@ -69,8 +67,12 @@ def test_mig_info_reports_everything(sim_node: SimNode, run_module: ModuleRunner
     created = node.create(1, 3, 3)
     sim_node.ci_conf(0, 7, 0).mkdir()
     info = run_module(mig_info, {"host_root": str(sim_node.root)}, check_mode=True)["mig_info"]
-    assert info["mode"] == {"current": "enabled", "pending": "enabled", "source": "library",
-                            "error": None}
+    assert info["mode"] == {
+        "current": "enabled",
+        "pending": "enabled",
+        "source": "library",
+        "error": None,
+    }
     assert info["partitioned"] is True and info["virtualization"] is True
     assert info["library"]["usable"] is True
     # In-process the loader may answer by soname once any test loaded it: only the name is stable.

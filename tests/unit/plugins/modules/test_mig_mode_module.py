@@ -92,7 +92,9 @@ def test_disable_refused_while_instances_exist(
 
 
 def test_missing_hy_smi(
-    sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner,
+    sim_node: SimNode,
+    sim_build: SimBuild,
+    run_module: ModuleRunner,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     missing = str(sim_node.root / "no" / "hy-smi")
@@ -127,8 +129,12 @@ def test_hy_smi_found_on_path(
     ],
 )
 def test_vendor_messages_are_mapped_or_shown_verbatim(
-    sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner,
-    text: str, exit_code: int, expected: str,
+    sim_node: SimNode,
+    sim_build: SimBuild,
+    run_module: ModuleRunner,
+    text: str,
+    exit_code: int,
+    expected: str,
 ) -> None:
     sim_node.hysmi_output(text, exit_code=exit_code)
     result = run_module(mig_mode, args(sim_node, sim_build, "enabled"))

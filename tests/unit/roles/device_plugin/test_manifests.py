@@ -8,9 +8,10 @@ from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
+import yaml
 from hygon_dcu_plugin.config import settings_from
 
-from .render import RoleRun
+from .render import REPO, RoleRun
 
 # Kubernetes 1.28 is the oldest supported release (architecture.md); 1.37 the newest schema
 # kubernetes-validate ships.
@@ -115,7 +116,9 @@ def test_webhook_uses_the_same_image_and_the_generated_secret(default_render: Ro
     (plugin,) = _pod_spec(default_render)["containers"]
     deployment = default_render.find("Deployment", "hygon-dcu-admission")
     (webhook,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert webhook["image"] == plugin["image"] == "localhost/hygon-dcu-plugin:0.1.0"
+    # the default is the tag plugin_image/tools/build_image.sh gives a build of this version
+    version = yaml.safe_load((REPO / "galaxy.yml").read_text())["version"]
+    assert webhook["image"] == plugin["image"] == f"localhost/hygon-dcu-plugin:{version}"
     secret_volumes = [
         volume["secret"]["secretName"]
         for volume in deployment["spec"]["template"]["spec"]["volumes"]

@@ -4,6 +4,7 @@ and a simulated node whose /dev/kfd is really held by the plugin and workload po
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from collections.abc import Callable, Iterator
@@ -17,6 +18,9 @@ from .fake_cluster import PARK_LABEL, FakeCluster, running
 from .runner import node_vars, run_playbook
 
 EVICT_LABEL = "hygon.com/dcu.evict"
+
+# Several playbook runs each, every cluster step a kubernetes client start: tens of seconds.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -48,6 +52,16 @@ def test_enable_evicts_only_dcu_pods_through_their_budget_and_restarts_the_plugi
     cluster.pdb_refusals["trainer"] = 2
     first_plugin = cluster.plugin_pod()
     assert first_plugin is not None
+    node_before, pods_before = copy.deepcopy(cluster.node_object), copy.deepcopy(cluster.pods)
+
+    # Check mode: the cluster sees only server-side dry runs, the node nothing at all.
+    check = run_playbook("enable_mig", "--check", extra_vars=cluster_vars(cluster, tmp_path))
+    assert check.returncode == 0, check.output
+    assert check.changed
+    assert cluster.node_object == node_before
+    assert cluster.pods == pods_before
+    assert cluster.eviction_attempts == {}
+    assert cluster.node.status().mode == 0
 
     run = run_playbook("enable_mig", extra_vars=cluster_vars(cluster, tmp_path))
 
@@ -155,3 +169,27 @@ def test_a_node_name_the_cluster_does_not_know_is_refused_before_anything_happen
     assert "node not cordoned by this run" in message
     assert writes(cluster) == []
     assert cluster.node.status().mode == 0
+
+
+def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys_instances(
+        sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    for args in (["-mig", "1"], ["mig", "-cgi", "2g.15gb", "-C", "-i", "0"]):
+        subprocess.run([str(simnode.HY_SMI_PATH), *args], env=sim_node.env(), check=True,
+                       capture_output=True)
+    for cluster in running(FakeCluster(sim_node)):
+        cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1"})
+        cluster.add_pod("web", limits={"cpu": "1"})
+        assert cluster.served_mode() == "enabled"
+
+        run = run_playbook("disable_mig", extra_vars=cluster_vars(
+            cluster, tmp_path, hygon_dcu_full_drain=True))
+
+        assert run.returncode == 0, run.output
+        assert [key for key in cluster.pods if key[0] == "ml"] == []
+        assert cluster.plugin_starts == 2
+        assert cluster.served_mode() == "disabled"
+        assert cluster.node_object["status"]["allocatable"]["hygon.com/dcu"] == "2"
+        assert cluster.node_object["spec"].get("unschedulable") is False
+        status = sim_node.status()
+        assert status.mode == 0
+        assert status.gpu_instances == [] and status.compute_instances == []
