@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -35,8 +36,10 @@ class Scale:
     small: tuple[tuple[int, int, int], ...]  # (cards, streams, requests) for exact search
 
 
-FULL = Scale(load=1.0, node_streams=20, node_requests=2000,
-             small=((1, 40, 16), (2, 25, 12)))
+FULL = Scale(load=1.0, node_streams=10, node_requests=1500,
+             small=((1, 30, 14), (2, 20, 10)))
+# A stream whose exact search needs more states than this is left out (and counted as skipped).
+MAX_STATES = 300_000
 QUICK = Scale(load=1.0, node_streams=1, node_requests=200,
               small=((1, 4, 10), (2, 2, 8)))
 
@@ -81,6 +84,11 @@ class Cell:
     skipped: int = 0  # streams the exact search could not finish
 
 
+def progress(what: str) -> None:
+    """Where a long run is (stderr, so the tables on stdout stay byte-identical)."""
+    print(f"  placement: {what}", file=sys.stderr, flush=True)
+
+
 def paired_difference(a: Tally, b: Tally) -> tuple[float, float]:
     """Mean per-stream acceptance difference a - b and its standard error."""
     diffs = [x - y for x, y in zip(a.per_stream, b.per_stream, strict=True)]
@@ -100,6 +108,7 @@ def node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
     for model in MODELS:
         card = discover(model)
         for mix in MIXES:
+            progress(f"8 cards {model} {mix}")
             cell = Cell(model, mix, {name: Tally() for name in policies},
                         {"repacking (ref.)": Tally(), "LP bound": Tally()})
             for requests in _streams(card, 8, mix, scale.load, scale.node_streams,
@@ -120,11 +129,13 @@ def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Ce
         for model in MODELS:
             card = discover(model)
             for mix in MIXES:
+                progress(f"{cards} card(s) {model} {mix}")
                 cell = Cell(model, mix, {name: Tally() for name in policies},
                             {"optimum": Tally(), "LP bound": Tally()})
                 for requests in _streams(card, cards, mix, scale.load, count, size):
                     try:
-                        best = optimum.exact(card, cards, requests, forced=True)
+                        best = optimum.exact(card, cards, requests, forced=True,
+                                             max_states=MAX_STATES)
                     except optimum.SearchTooLarge:
                         cell.skipped += 1  # left out for every policy alike
                         continue

@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """Generate (or check) the checked-in Python stubs for the kubelet APIs.
 
 The protos live in plugin_image/proto/; the stubs in plugin_image/src/hygon_dcu_plugin/api/.
 protoc runs with the protos placed under hygon_dcu_plugin/api/ so the generated gRPC modules
-import their message modules by package path, with no post-editing of generated code.
+import their message modules by package path; stub_layout then fixes only the layout (ansible-test
+sanity checks these files too).
 
     generate_stubs.py            rewrite the stubs
     generate_stubs.py --check    exit 1 (listing the files) if the stubs are not what the
@@ -18,6 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from stub_layout import lay_out
+
 IMAGE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PROTO_DIR = IMAGE_DIR / "proto"
 DEFAULT_OUT_DIR = IMAGE_DIR / "src" / "hygon_dcu_plugin" / "api"
@@ -25,9 +27,11 @@ PACKAGE_PATH = Path("hygon_dcu_plugin") / "api"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
-def generate(proto_dir: Path) -> dict[str, bytes]:
-    """Run protoc on every proto in proto_dir; return generated file name -> content."""
-    from grpc_tools import protoc  # noqa: PLC0415 (late: --help works without grpcio-tools)
+def generate(proto_dir: Path, layout: bool = True) -> dict[str, bytes]:
+    """Run protoc on every proto in proto_dir; return generated file name -> content
+    (laid out for sanity unless layout is False)."""
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # noqa: PLC0415
+    # (imported late: --help works without grpcio-tools)
 
     protos = sorted(proto_dir.glob("*.proto"))
     if not protos:
@@ -52,7 +56,7 @@ def generate(proto_dir: Path) -> dict[str, bytes]:
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed; see its message above")
         return {
-            path.name: path.read_bytes()
+            path.name: lay_out(path.name, path.read_bytes()) if layout else path.read_bytes()
             for path in sorted((out / PACKAGE_PATH).iterdir())
             if path.name.endswith(GENERATED_SUFFIXES)
         }
@@ -94,8 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             for problem in problems:
                 print(f"{args.out_dir}: {problem}", file=sys.stderr)
-            print("stubs differ from the protos: run plugin_image/tools/generate_stubs.py",
-                  file=sys.stderr)
+            print(
+                "stubs differ from the protos: run plugin_image/tools/generate_stubs.py",
+                file=sys.stderr,
+            )
             return 1
         print(f"stubs in {args.out_dir} match {args.proto_dir}")
         return 0

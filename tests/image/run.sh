@@ -40,6 +40,6 @@ make -s -C tests/simulator
 plugin_image/tools/build_image.sh --tag "$HYGON_DCU_TEST_IMAGE" --base "$HYGON_DCU_BASE_IMAGE"
 
 status=0
-.venv/bin/pytest tests/image -p no:cacheprovider "$@" || status=$?
+HYGON_DCU_TEST_IMAGE_BUILT="$HYGON_DCU_TEST_IMAGE" .venv/bin/pytest tests/image -p no:cacheprovider "$@" || status=$?
 echo "image stage: $(($(date +%s) - started)) s (exit $status)"
 exit "$status"

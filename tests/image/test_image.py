@@ -122,12 +122,18 @@ def short_dir() -> Iterator[Path]:
 class Deployment:
     """The container plus what surrounds it on a node: kubelet, API server, driver."""
 
-    def __init__(self, image: str, base: Path) -> None:
+    def __init__(self, image: str, base: Path, mode_on: bool = True) -> None:
         build = simnode.build()
         self.sim = simnode.init(base / "node", cards=8)
-        enable = subprocess.run([str(simnode.HY_SMI_PATH), "-mig", "1"], env=self.sim.env(),
-                                capture_output=True, text=True, check=False)
-        assert enable.returncode == 0, enable.stdout + enable.stderr
+        if mode_on:  # a fresh node's mode is off
+            enable = subprocess.run(
+                [str(simnode.HY_SMI_PATH), "-mig", "1"],
+                env=self.sim.env(),
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            assert enable.returncode == 0, enable.stdout + enable.stderr
         self.state = base / "state"
         plugin_dir = self.state / "device-plugins"
         pod_resources = self.state / "pod-resources"
@@ -228,3 +234,16 @@ def test_container_registers_advertises_and_allocates(deployment: Deployment,
     used = {request.access for request in deployment.api.requests}
     assert ("", "pods", "patch") in used
     assert used <= set(API_ACCESS)
+
+
+def test_container_on_a_mode_off_node_serves_whole_cards(image: str, short_dir: Path) -> None:
+    deployment = Deployment(image, short_dir, mode_on=False)
+    try:
+        kubelet = deployment.kubelet
+        whole_cards = {WHOLE_CARD: 8, FAMILY: 0}
+        assert kubelet.wait_for(lambda: kubelet.counts() == whole_cards, timeout=120), (
+            kubelet.counts(),
+            deployment.logs(),
+        )
+    finally:
+        deployment.close()

@@ -59,7 +59,7 @@ def card_views(cards: Sequence[Card]) -> list[CardView]:
 
 def describe_free(views: Sequence[CardView]) -> str:
     free = free_capacity(views)
-    parts = [f"{r[len(PROFILE_PREFIX):]}: {n}" for r, n in sorted(free.items()) if r != FAMILY]
+    parts = [f"{r[len(PROFILE_PREFIX) :]}: {n}" for r, n in sorted(free.items()) if r != FAMILY]
     return f"{free.get(FAMILY, 0)} partitions ({', '.join(parts) or 'no profiles'})"
 
 
@@ -119,8 +119,10 @@ class Allocator:
             return response
         except RequestRefused as refused:
             self.metrics.allocation_failures.inc(reason=refused.reason)
-            log.warning("Allocate refused", extra={"resource": resource, "reason": refused.reason,
-                                                  "why": str(refused)})
+            log.warning(
+                "Allocate refused",
+                extra={"resource": resource, "reason": refused.reason, "why": str(refused)},
+            )
             raise
         except Exception as exc:
             self.metrics.allocation_failures.inc(reason=type(exc).__name__)
@@ -149,8 +151,9 @@ class Allocator:
             try:
                 pods = self.kube.list_node_pods(self.node_name)
             except KubeApiError as exc:
-                log.warning("listing this node's pods failed; asking pod by pod",
-                            extra={"error": str(exc)})
+                log.warning(
+                    "listing this node's pods failed; asking pod by pod", extra={"error": str(exc)}
+                )
                 pods = []
             cache.update({(p.namespace, p.name): p for p in pods})
 
@@ -166,8 +169,9 @@ class Allocator:
         profile_name = requested_profile(target.container.name, target.container.limits)
         return self._create(target, profile_name, device_ids)
 
-    def _create(self, target: Target, profile_name: str,
-                device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+    def _create(
+        self, target: Target, profile_name: str, device_ids: Sequence[str]
+    ) -> pb.ContainerAllocateResponse:
         views = card_views(self.node.cards())
         offered = sorted({p.name for v in views for p in v.profiles})
         if profile_name not in offered:
@@ -187,15 +191,18 @@ class Allocator:
         pod, container = target.pod, target.container
         with self.locks.card(choice.card.pci):
             profile_id = getattr(choice.profile, "id")  # noqa: B009 (node-layer Profile)
-            instance = self.node.create(choice.card.index, profile_id, choice.placement.start,
-                                        checkpoint=self.checkpoint)
+            instance = self.node.create(
+                choice.card.index, profile_id, choice.placement.start, checkpoint=self.checkpoint
+            )
             written: Record | None = None
             try:
                 if instance.uuid is None or instance.conf_path is None:
                     raise RuntimeError(f"created instance has no uuid/conf file: {instance}")
                 if not instance.pci:
-                    raise RuntimeError(f"the registry names no PCI address for card "
-                                       f"{instance.card_index} after the create")
+                    raise RuntimeError(
+                        f"the registry names no PCI address for card "
+                        f"{instance.card_index} after the create"
+                    )
                 record = Record(
                     uuid=instance.uuid,
                     card_pci=instance.pci,
@@ -223,16 +230,28 @@ class Allocator:
                 self._roll_back(instance, written, exc)
                 raise
         self.metrics.allocations.inc(profile=profile_name)
-        log.info("partition granted", extra={
-            "pod": pod.key, "container": container.name, "profile": profile_name,
-            "card": record.card_pci, "placement": f"{record.placement_start}:"
-            f"{record.placement_size}", "uuid": record.uuid})
+        log.info(
+            "partition granted",
+            extra={
+                "pod": pod.key,
+                "container": container.name,
+                "profile": profile_name,
+                "card": record.card_pci,
+                "placement": f"{record.placement_start}:{record.placement_size}",
+                "uuid": record.uuid,
+            },
+        )
         return response
 
     def _roll_back(self, instance: Instance, record: Record | None, cause: BaseException) -> None:
-        log.error("allocation failed after create; destroying the instance again",
-                  extra={"card": instance.card_index, "gpu_instance": instance.gpu_instance_id,
-                         "error": str(cause)})
+        log.error(
+            "allocation failed after create; destroying the instance again",
+            extra={
+                "card": instance.card_index,
+                "gpu_instance": instance.gpu_instance_id,
+                "error": str(cause),
+            },
+        )
         try:
             # No uuid guard: we created it moments ago and still hold the card lock, and the
             # failure may be exactly that its conf file (the uuid's only home) went missing.
@@ -245,17 +264,25 @@ class Allocator:
             self.store.remove(record)
 
     def _annotate(self, record: Record, container: str) -> None:
-        value = json.dumps({
-            "card": record.card_pci,
-            "profile": record.profile,
-            "placement": f"{record.placement_start}:{record.placement_size}",
-            "uuid": record.uuid,
-        }, sort_keys=True)
-        self.kube.annotate_pod(record.namespace, record.pod_name, record.pod_uid,
-                               {ANNOTATION_PREFIX + container: value})
+        value = json.dumps(
+            {
+                "card": record.card_pci,
+                "profile": record.profile,
+                "placement": f"{record.placement_start}:{record.placement_size}",
+                "uuid": record.uuid,
+            },
+            sort_keys=True,
+        )
+        self.kube.annotate_pod(
+            record.namespace,
+            record.pod_name,
+            record.pod_uid,
+            {ANNOTATION_PREFIX + container: value},
+        )
 
-    def _answer_again(self, target: Target, record: Record,
-                      device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
+    def _answer_again(
+        self, target: Target, record: Record, device_ids: Sequence[str]
+    ) -> pb.ContainerAllocateResponse:
         """Same partition again: a retried call, or an app container given the device id of
         an init container of the same pod. Never resolved to a different instance."""
         index = next((c.index for c in self.node.cards() if c.pci == record.card_pci), None)
@@ -267,8 +294,11 @@ class Allocator:
                 f"the card {record.card_pci} holding this container's partition fails queries "
                 f"({exc}); delete the pod so it is scheduled again",
             ) from exc
-        live = [i for i in on_card if i.gpu_instance_id == record.gpu_instance_id
-                and i.uuid == record.uuid]
+        live = [
+            i
+            for i in on_card
+            if i.gpu_instance_id == record.gpu_instance_id and i.uuid == record.uuid
+        ]
         if not live:
             raise RequestRefused(
                 "stale_record",
@@ -278,17 +308,22 @@ class Allocator:
             )
         container = target.container.name
         if container not in record.containers:
-            updated = Record(**{**record.__dict__,
-                                "containers": (*record.containers, container),
-                                "device_ids": tuple(sorted({*record.device_ids, *device_ids}))})
+            updated = Record(
+                **{
+                    **record.__dict__,
+                    "containers": (*record.containers, container),
+                    "device_ids": tuple(sorted({*record.device_ids, *device_ids})),
+                }
+            )
             self.store.write(updated)
             self._annotate(updated, container)
             record = updated
         return self._response(record)
 
     def _response(self, record: Record) -> pb.ContainerAllocateResponse:
-        return partition_response(self.host_root, self.answer_root, record.card_pci,
-                                  record.conf_path, record.uuid)
+        return partition_response(
+            self.host_root, self.answer_root, record.card_pci, record.conf_path, record.uuid
+        )
 
     # mode off ----------------------------------------------------------------------------
     def _whole_card(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
@@ -300,6 +335,7 @@ class Allocator:
     def _card_pci(self, device_id: str) -> str:
         """hygon.com/dcu ids are PCI addresses (see advertise.whole_card_plan)."""
         if not os.path.isdir(under(self.host_root, f"/sys/bus/pci/devices/{device_id}")):
-            raise RequestRefused("bad_request",
-                                 f"{WHOLE_CARD}: device {device_id!r} is not a PCI address here")
+            raise RequestRefused(
+                "bad_request", f"{WHOLE_CARD}: device {device_id!r} is not a PCI address here"
+            )
         return device_id

@@ -50,8 +50,11 @@ def _serve(args: argparse.Namespace) -> int:
         kube = KubernetesApi(settings.kubeconfig)
     except Exception as exc:
         where = settings.kubeconfig or "the in-cluster service account"
-        print(f"hygon-dcu-plugin: cannot set up Kubernetes API access from {where}: {exc}; "
-              "run it in a pod with a service account or pass --kubeconfig", file=sys.stderr)
+        print(
+            f"hygon-dcu-plugin: cannot set up Kubernetes API access from {where}: {exc}; "
+            "run it in a pod with a service account or pass --kubeconfig",
+            file=sys.stderr,
+        )
         return 2
     kill_step = os.environ.get(KILL_AT_ENV)
     runtime = Runtime(
@@ -61,9 +64,12 @@ def _serve(args: argparse.Namespace) -> int:
         PodResourcesClient(settings.pod_resources_socket),
         checkpoint=kill_at(kill_step) if kill_step else None,
     )
-    health = HealthServer(settings.health_address, runtime.alive,
-                          lambda: runtime.registered and runtime.alive(),
-                          runtime.metrics.render)
+    health = HealthServer(
+        settings.health_address,
+        runtime.alive,
+        lambda: runtime.registered and runtime.alive(),
+        runtime.metrics.render,
+    )
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -74,8 +80,14 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     health.start()
     runtime.start()
-    log.info("serving", extra={"resources": runtime.resources, "version": __version__,
-                               "health": settings.health_address})
+    log.info(
+        "serving",
+        extra={
+            "resources": runtime.resources,
+            "version": __version__,
+            "health": settings.health_address,
+        },
+    )
     stop.wait()
     runtime.stop()
     health.stop()
@@ -86,8 +98,11 @@ def _webhook(argv: list[str]) -> int:
     try:
         server = importlib.import_module("hygon_dcu_plugin.webhook.server")
     except ModuleNotFoundError as exc:
-        print(f"hygon-dcu-plugin webhook: the admission webhook is not part of this build "
-              f"({exc}); use an image that includes hygon_dcu_plugin.webhook", file=sys.stderr)
+        print(
+            f"hygon-dcu-plugin webhook: the admission webhook is not part of this build "
+            f"({exc}); use an image that includes hygon_dcu_plugin.webhook",
+            file=sys.stderr,
+        )
         return 2
     result = server.main(argv)
     return int(result)
@@ -104,13 +119,14 @@ def parser() -> argparse.ArgumentParser:
         "serve",
         help="run the device plugin on this node",
         description="Advertise the node's partitions to the kubelet, carve one per container "
-                    "in Allocate, reclaim them when pods end. Flags override the config file.",
+        "in Allocate, reclaim them when pods end. Flags override the config file.",
         epilog=FILE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_flags(serve)
-    sub.add_parser("webhook", help="run the admission webhook (its own flags follow)",
-                   add_help=False)
+    sub.add_parser(
+        "webhook", help="run the admission webhook (its own flags follow)", add_help=False
+    )
     return top
 
 

@@ -40,13 +40,19 @@ class Settings:
             raise ConfigError(f"grace_seconds: {self.grace_seconds} must be >= 0")
         if self.resync_seconds <= 0:
             raise ConfigError(f"resync_seconds: {self.resync_seconds} must be > 0")
-        host, _, port = self.health_address.rpartition(":")
+        host, _ignored, port = self.health_address.rpartition(":")
         if not port.isdigit() or not host:
             raise ConfigError(f"health_address: {self.health_address!r} must be HOST:PORT")
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level: {self.log_level!r} must be debug/info/warning/error")
-        for name in ("host_root", "answer_root", "device_plugin_dir", "pod_resources_socket",
-                     "records_dir", "lock_dir"):
+        for name in (
+            "host_root",
+            "answer_root",
+            "device_plugin_dir",
+            "pod_resources_socket",
+            "records_dir",
+            "lock_dir",
+        ):
             if not str(getattr(self, name)).startswith("/"):
                 raise ConfigError(f"{name}: {getattr(self, name)!r} must be an absolute path")
         return self
@@ -115,8 +121,14 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         kind = float if isinstance(getattr(Settings(), name), float) else str
         choices = POLICIES if name == "policy" else None
-        parser.add_argument(flag, dest=name, type=kind, default=None, choices=choices,
-                            help=f"overrides {name} (default {getattr(Settings(), name)!r})")
+        parser.add_argument(
+            flag,
+            dest=name,
+            type=kind,
+            default=None,
+            choices=choices,
+            help=f"overrides {name} (default {getattr(Settings(), name)!r})",
+        )
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

@@ -8,9 +8,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class HealthServer:
-    def __init__(self, address: str, live: Callable[[], bool], ready: Callable[[], bool],
-                 metrics: Callable[[], str]) -> None:
-        host, _, port = address.rpartition(":")
+    def __init__(
+        self,
+        address: str,
+        live: Callable[[], bool],
+        ready: Callable[[], bool],
+        metrics: Callable[[], str],
+    ) -> None:
+        host, _ignored, port = address.rpartition(":")
         checks = {"/healthz": live, "/readyz": ready}
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,8 +41,7 @@ class HealthServer:
 
         self.server = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True,
-                                       name="health")
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="health")
 
     @property
     def port(self) -> int:

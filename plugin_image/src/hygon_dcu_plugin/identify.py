@@ -100,7 +100,7 @@ def identify(
     if len(waiting) > 1:
         log.info(
             "several containers wait for a partition; serving the newest pod",
-            extra={"chosen": waiting[-1][0].key, "older": [p.key for p, _ in waiting[:-1]]},
+            extra={"chosen": waiting[-1][0].key, "older": [p.key for p, _ignored in waiting[:-1]]},
         )
     pod, container = waiting[-1]
     return Target(pod=pod, container=container)

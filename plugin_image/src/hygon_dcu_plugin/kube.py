@@ -19,10 +19,10 @@ from kubernetes.client.exceptions import ApiException
 
 # (apiGroup, resource, verb) for every call below; "" is the core group.
 API_ACCESS: tuple[tuple[str, str, str], ...] = (
-    ("", "pods", "get"),     # get_pod: identify the container, confirm a pod is gone
-    ("", "pods", "patch"),   # annotate_pod: record the partition on the pod
-    ("", "pods", "list"),    # list_node_pods, and the list behind watch_pods
-    ("", "pods", "watch"),   # watch_pods: wake the reclaimer when a pod on this node changes
+    ("", "pods", "get"),  # get_pod: identify the container, confirm a pod is gone
+    ("", "pods", "patch"),  # annotate_pod: record the partition on the pod
+    ("", "pods", "list"),  # list_node_pods, and the list behind watch_pods
+    ("", "pods", "watch"),  # watch_pods: wake the reclaimer when a pod on this node changes
 )
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -132,7 +132,8 @@ class KubernetesApi:
     def list_node_pods(self, node_name: str) -> list[Pod]:
         try:
             result = self._core.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={node_name}", _request_timeout=self._timeout)
+                field_selector=f"spec.nodeName={node_name}", _request_timeout=self._timeout
+            )
         except ApiException as exc:
             raise KubeApiError(
                 f"list pods on node {node_name}: HTTP {exc.status} {exc.reason}"

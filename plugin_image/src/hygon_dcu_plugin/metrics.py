@@ -97,24 +97,37 @@ class Histogram(_Metric):
 class Metrics:
     def __init__(self) -> None:
         self.allocations = Counter(
-            "hygon_dcu_allocations_total", "Partitions granted by Allocate, by profile.")
+            "hygon_dcu_allocations_total", "Partitions granted by Allocate, by profile."
+        )
         self.allocation_failures = Counter(
-            "hygon_dcu_allocation_failures_total", "Allocate calls refused or failed, by reason.")
+            "hygon_dcu_allocation_failures_total", "Allocate calls refused or failed, by reason."
+        )
         self.reclaim_actions = Counter(
             "hygon_dcu_reclaim_actions_total",
             "Reclaimer actions: destroyed, in_use_retry, stale_record, orphan_destroyed, "
-            "poison_swept, corrupt_record.")
+            "poison_swept, corrupt_record.",
+        )
         self.live_instances = Gauge(
-            "hygon_dcu_live_instances", "Live partitions on the node, by profile.")
+            "hygon_dcu_live_instances", "Live partitions on the node, by profile."
+        )
         self.allocate_seconds = Histogram(
-            "hygon_dcu_allocate_duration_seconds", "Allocate latency.",
-            (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+            "hygon_dcu_allocate_duration_seconds",
+            "Allocate latency.",
+            (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
         self.registered = Gauge(
-            "hygon_dcu_kubelet_registered", "1 while registered with the kubelet.")
+            "hygon_dcu_kubelet_registered", "1 while registered with the kubelet."
+        )
 
     def all(self) -> list[_Metric]:
-        return [self.allocations, self.allocation_failures, self.reclaim_actions,
-                self.live_instances, self.allocate_seconds, self.registered]
+        return [
+            self.allocations,
+            self.allocation_failures,
+            self.reclaim_actions,
+            self.live_instances,
+            self.allocate_seconds,
+            self.registered,
+        ]
 
     def render(self) -> str:
         lines: list[str] = []

@@ -70,9 +70,7 @@ def occupied_by(spans: Iterable[tuple[int, int]]) -> frozenset[int]:
 def free_placements(profile: ProfileLike, occupied: frozenset[int]) -> list[PlacementLike]:
     """Legal placements of the profile that touch no occupied slice (legal ones ignore
     what is carved, so free = legal - occupied)."""
-    return [
-        p for p in profile.placements if not (slices_of(p.start, p.size) & occupied)
-    ]
+    return [p for p in profile.placements if not (slices_of(p.start, p.size) & occupied)]
 
 
 def remaining(profile: ProfileLike, occupied: frozenset[int]) -> int:
@@ -132,5 +130,5 @@ def choose(cards: Sequence[CardView], profile_name: str, policy: str = PACK) -> 
         fitting.append((free if policy == PACK else -free, card.index, card, profile, placement))
     if not fitting:
         return None
-    _, _, card, profile, placement = min(fitting, key=lambda item: (item[0], item[1]))
+    _ignored, _ignored, card, profile, placement = min(fitting, key=lambda item: (item[0], item[1]))
     return Choice(card=card, profile=profile, placement=placement)

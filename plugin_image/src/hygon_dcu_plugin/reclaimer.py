@@ -119,8 +119,10 @@ class Reclaimer:
         try:
             pod = self.kube.get_pod(record.namespace, record.pod_name)
         except KubeApiError as exc:
-            log.warning("cannot read pod; keeping its partition this pass",
-                        extra={"pod": record.pod_key, "error": str(exc)})
+            log.warning(
+                "cannot read pod; keeping its partition this pass",
+                extra={"pod": record.pod_key, "error": str(exc)},
+            )
             return None
         if pod is None or pod.uid != record.pod_uid:
             return "pod deleted"
@@ -145,27 +147,36 @@ class Reclaimer:
             try:
                 if index is None:
                     raise InstanceNotFound(f"no card at {record.card_pci}")
-                self.node.destroy(index, record.gpu_instance_id, expected_uuid=record.uuid,
-                                  checkpoint=self.checkpoint)
+                self.node.destroy(
+                    index,
+                    record.gpu_instance_id,
+                    expected_uuid=record.uuid,
+                    checkpoint=self.checkpoint,
+                )
             except InstanceInUse:
                 report.in_use.append(record.uuid)
                 self._count("in_use_retry")
-                log.info("partition still in use; retrying next pass",
-                         extra={"uuid": record.uuid, "pod": record.pod_key})
+                log.info(
+                    "partition still in use; retrying next pass",
+                    extra={"uuid": record.uuid, "pod": record.pod_key},
+                )
                 return
             except (InstanceNotFound, UuidMismatch) as exc:
                 # The instance it names is gone (reboot, manual destroy) or the id now belongs
                 # to another instance: nothing of ours to destroy, never touch the other one.
                 report.stale.append(record.uuid)
                 self._count("stale_record")
-                log.warning("record names no live instance; dropping it",
-                            extra={"uuid": record.uuid, "pod": record.pod_key,
-                                   "detail": str(exc)})
+                log.warning(
+                    "record names no live instance; dropping it",
+                    extra={"uuid": record.uuid, "pod": record.pod_key, "detail": str(exc)},
+                )
             else:
                 report.destroyed.append(record.uuid)
                 self._count("destroyed")
-                log.info("partition reclaimed", extra={"uuid": record.uuid,
-                                                       "pod": record.pod_key, "why": why})
+                log.info(
+                    "partition reclaimed",
+                    extra={"uuid": record.uuid, "pod": record.pod_key, "why": why},
+                )
             self._step("instance_destroyed")
             self.store.remove(record)
 
@@ -194,13 +205,16 @@ class Reclaimer:
                 report.unreadable = records.unreadable
                 return
             for instance in self.node.instances(card_index):
-                if any(r.owns(card_pci, instance.gpu_instance_id, instance.uuid)
-                       for r in records):
+                if any(r.owns(card_pci, instance.gpu_instance_id, instance.uuid) for r in records):
                     continue
                 label = f"{card_pci} gi{instance.gpu_instance_id} {instance.uuid}"
                 try:
-                    self.node.destroy(card_index, instance.gpu_instance_id,
-                                      expected_uuid=instance.uuid, checkpoint=self.checkpoint)
+                    self.node.destroy(
+                        card_index,
+                        instance.gpu_instance_id,
+                        expected_uuid=instance.uuid,
+                        checkpoint=self.checkpoint,
+                    )
                 except InstanceInUse:
                     report.in_use.append(label)
                     self._count("in_use_retry")

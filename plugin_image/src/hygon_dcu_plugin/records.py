@@ -73,8 +73,14 @@ class Record:
         data["containers"] = tuple(str(c) for c in data["containers"])
         data["device_ids"] = tuple(str(d) for d in data["device_ids"])
         record = cls(**data)
-        for name, kind in (("uuid", str), ("card_pci", str), ("gpu_instance_id", int),
-                           ("card_index", int), ("namespace", str), ("pod_uid", str)):
+        for name, kind in (
+            ("uuid", str),
+            ("card_pci", str),
+            ("gpu_instance_id", int),
+            ("card_index", int),
+            ("namespace", str),
+            ("pod_uid", str),
+        ):
             if not isinstance(getattr(record, name), kind):
                 raise ValueError(f"field {name} is not a {kind.__name__}")
         return record

@@ -53,46 +53,56 @@ def card_render_nodes(host_root: str, pci: str) -> list[str]:
 def _common(host_root: str, answer_root: str, pci: str) -> pb.ContainerAllocateResponse:
     response = pb.ContainerAllocateResponse()
     for path in (KFD, MKFD):
-        response.devices.append(pb.DeviceSpec(container_path=path,
-                                              host_path=under(answer_root, path),
-                                              permissions="rwm"))
+        response.devices.append(
+            pb.DeviceSpec(
+                container_path=path, host_path=under(answer_root, path), permissions="rwm"
+            )
+        )
     _render_nodes(response, host_root, answer_root, pci)
     if os.path.isdir(under(host_root, HYHAL)):
-        response.mounts.append(pb.Mount(container_path=HYHAL, host_path=under(answer_root, HYHAL),
-                                        read_only=True))
+        response.mounts.append(
+            pb.Mount(container_path=HYHAL, host_path=under(answer_root, HYHAL), read_only=True)
+        )
     else:
         # Without it the runtime prints "open hydmilib:libhydmi.so error"; say so in our log.
         log.warning("host has no %s; the workload will not find libhydmi.so", HYHAL)
     if os.path.isdir(under(host_root, DTK)):
-        response.mounts.append(pb.Mount(container_path=DTK_IN_CONTAINER,
-                                        host_path=under(answer_root, DTK), read_only=True))
+        response.mounts.append(
+            pb.Mount(
+                container_path=DTK_IN_CONTAINER, host_path=under(answer_root, DTK), read_only=True
+            )
+        )
     return response
 
 
-def _render_nodes(response: pb.ContainerAllocateResponse, host_root: str, answer_root: str,
-                  pci: str) -> None:
+def _render_nodes(
+    response: pb.ContainerAllocateResponse, host_root: str, answer_root: str, pci: str
+) -> None:
     for path in card_render_nodes(host_root, pci):
-        response.devices.append(pb.DeviceSpec(container_path=path,
-                                              host_path=under(answer_root, path),
-                                              permissions="rw"))
+        response.devices.append(
+            pb.DeviceSpec(container_path=path, host_path=under(answer_root, path), permissions="rw")
+        )
 
 
-def partition_response(host_root: str, answer_root: str, pci: str, conf_path: str,
-                       uuid: str) -> pb.ContainerAllocateResponse:
+def partition_response(
+    host_root: str, answer_root: str, pci: str, conf_path: str, uuid: str
+) -> pb.ContainerAllocateResponse:
     if not os.path.isfile(under(host_root, conf_path)):
         # Checked right before answering: binding a missing source makes the runtime create a
         # directory there, which poisons that instance id for good.
         raise ResponseError(f"the instance's registry file {conf_path} is missing")
     response = _common(host_root, answer_root, pci)
     # At its own path: the runtime scans /etc/dmi_mig_config/ci by absolute path.
-    response.mounts.append(pb.Mount(container_path=conf_path,
-                                    host_path=under(answer_root, conf_path), read_only=True))
+    response.mounts.append(
+        pb.Mount(container_path=conf_path, host_path=under(answer_root, conf_path), read_only=True)
+    )
     response.envs[ENV_VISIBLE_DEVICE] = f"MIG-{uuid}"
     return response
 
 
-def whole_card_response(host_root: str, answer_root: str,
-                        pcis: list[str]) -> pb.ContainerAllocateResponse:
+def whole_card_response(
+    host_root: str, answer_root: str, pcis: list[str]
+) -> pb.ContainerAllocateResponse:
     response = _common(host_root, answer_root, pcis[0])
     for pci in pcis[1:]:
         _render_nodes(response, host_root, answer_root, pci)

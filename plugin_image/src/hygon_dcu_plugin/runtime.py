@@ -34,8 +34,14 @@ Checkpoint = Callable[[str], None]
 
 
 class Runtime:
-    def __init__(self, settings: Settings, node: Node, kube: KubeApi, lister: PodLister,
-                 checkpoint: Checkpoint | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        node: Node,
+        kube: KubeApi,
+        lister: PodLister,
+        checkpoint: Checkpoint | None = None,
+    ) -> None:
         self.settings = settings
         self.node = node
         self.kube = kube
@@ -49,17 +55,37 @@ class Runtime:
         self._refresh_lock = threading.Lock()
         self.partitioned = self._read_mode()
         self.allocator = Allocator(
-            node, self.store, kube, lister, locks=self.locks, metrics=self.metrics,
-            host_root=settings.host_root, answer_root=settings.answer_root,
+            node,
+            self.store,
+            kube,
+            lister,
+            locks=self.locks,
+            metrics=self.metrics,
+            host_root=settings.host_root,
+            answer_root=settings.answer_root,
             node_name=settings.node_name,
-            policy=settings.policy, on_change=self.refresh,
-            checkpoint=checkpoint)
+            policy=settings.policy,
+            on_change=self.refresh,
+            checkpoint=checkpoint,
+        )
         self.reclaimer = Reclaimer(
-            node, self.store, kube, locks=self.locks, metrics=self.metrics,
-            grace_seconds=settings.grace_seconds, on_change=self.refresh, checkpoint=checkpoint)
+            node,
+            self.store,
+            kube,
+            locks=self.locks,
+            metrics=self.metrics,
+            grace_seconds=settings.grace_seconds,
+            on_change=self.refresh,
+            checkpoint=checkpoint,
+        )
         self.resources = self._resources()
-        self.servers = PluginServers(settings.device_plugin_dir, self.resources, self.board,
-                                     self.allocator.allocate, on_registered=self._registered)
+        self.servers = PluginServers(
+            settings.device_plugin_dir,
+            self.resources,
+            self.board,
+            self.allocator.allocate,
+            on_registered=self._registered,
+        )
         self.registered = False
         self.stop_event = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -67,8 +93,9 @@ class Runtime:
     def _read_mode(self) -> bool:
         state = self.node.mode()
         if state.source != "library":
-            log.error("management library unusable; serving no partitions",
-                      extra={"error": state.error})
+            log.error(
+                "management library unusable; serving no partitions", extra={"error": state.error}
+            )
             return False
         log.info("partition mode read at start", extra={"mode": bool(state.current)})
         return bool(state.current)
@@ -97,10 +124,15 @@ class Runtime:
                 log.error("cannot list cards", extra={"error": str(exc)})
                 cards = []
             addresses = hygon_pci_addresses(self.settings.host_root)
-            plan = whole_card_plan({
-                (c.pci or (addresses[c.index] if c.index < len(addresses) else f"card{c.index}")):
-                c.healthy for c in cards
-            })
+            plan = whole_card_plan(
+                {
+                    (
+                        c.pci
+                        or (addresses[c.index] if c.index < len(addresses) else f"card{c.index}")
+                    ): c.healthy
+                    for c in cards
+                }
+            )
         else:
             cards = self.node.cards()
             in_use, held = self._held()
@@ -121,8 +153,10 @@ class Runtime:
         try:
             listed = self.lister.list()
         except PodResourcesError as exc:
-            log.warning("PodResources List failed; counting held tokens from records only",
-                        extra={"error": str(exc)})
+            log.warning(
+                "PodResources List failed; counting held tokens from records only",
+                extra={"error": str(exc)},
+            )
             listed = []
         for pod in listed:
             for container in pod.containers:
@@ -164,11 +198,16 @@ class Runtime:
         self.refresh()
         self._thread("grpc", lambda: self.servers.run(self.stop_event))
         if self.partitioned:
-            self._thread("reclaim", lambda: self.reclaimer.run(
-                self.stop_event, self.settings.resync_seconds))
+            self._thread(
+                "reclaim", lambda: self.reclaimer.run(self.stop_event, self.settings.resync_seconds)
+            )
             if self.settings.node_name:
-                self._thread("pod-watch", lambda: self.kube.watch_pods(
-                    self.settings.node_name or "", self.reclaimer.wake.set, self.stop_event))
+                self._thread(
+                    "pod-watch",
+                    lambda: self.kube.watch_pods(
+                        self.settings.node_name or "", self.reclaimer.wake.set, self.stop_event
+                    ),
+                )
             else:
                 log.warning("no node name: reclaiming on the periodic resync only")
 

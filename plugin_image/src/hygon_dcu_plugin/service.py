@@ -41,8 +41,9 @@ REFUSAL_CODES = {
 
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
-    def __init__(self, resource: str, board: DeviceBoard, allocate: AllocateFn,
-                 stopping: threading.Event) -> None:
+    def __init__(
+        self, resource: str, board: DeviceBoard, allocate: AllocateFn, stopping: threading.Event
+    ) -> None:
         self.resource = resource
         self.board = board
         self.allocate = allocate
@@ -88,17 +89,25 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
                 context.abort(code, str(refused))
             except Exception as exc:
                 log.exception("Allocate failed", extra={"resource": self.resource})
-                context.abort(grpc.StatusCode.INTERNAL,
-                              f"{self.resource}: allocation failed: {exc}")
+                context.abort(
+                    grpc.StatusCode.INTERNAL, f"{self.resource}: allocation failed: {exc}"
+                )
         return pb.AllocateResponse(container_responses=responses)
 
 
 class PluginServers:
     """One gRPC server per resource on a unix socket in the kubelet's device-plugin directory."""
 
-    def __init__(self, plugin_dir: str, resources: Sequence[str], board: DeviceBoard,
-                 allocate: AllocateFn, *, on_registered: Callable[[bool], None] | None = None,
-                 max_workers: int = 48) -> None:
+    def __init__(
+        self,
+        plugin_dir: str,
+        resources: Sequence[str],
+        board: DeviceBoard,
+        allocate: AllocateFn,
+        *,
+        on_registered: Callable[[bool], None] | None = None,
+        max_workers: int = 48,
+    ) -> None:
         self.plugin_dir = plugin_dir
         self.resources = list(resources)
         self.board = board
@@ -161,8 +170,10 @@ class PluginServers:
                         timeout=5.0,
                     )
         except grpc.RpcError as exc:
-            log.warning("registration with the kubelet failed; will retry",
-                        extra={"code": str(exc.code()), "details": exc.details()})
+            log.warning(
+                "registration with the kubelet failed; will retry",
+                extra={"code": str(exc.code()), "details": exc.details()},
+            )
             return False
         self._kubelet_identity = identity
         self.registrations += 1
@@ -180,8 +191,10 @@ class PluginServers:
         try:
             self.start()
         except RuntimeError as exc:  # e.g. the directory is not there yet: retry next poll
-            log.error("cannot serve on the device-plugin directory",
-                      extra={"dir": self.plugin_dir, "error": str(exc)})
+            log.error(
+                "cannot serve on the device-plugin directory",
+                extra={"dir": self.plugin_dir, "error": str(exc)},
+            )
             self.stop()
             return False
         return True
@@ -200,8 +213,10 @@ class PluginServers:
                     registered = False
                     self.on_registered(False)
                 continue
-            if not serving or registered or any(
-                not os.path.exists(self._socket(r)) for r in self.resources
+            if (
+                not serving
+                or registered
+                or any(not os.path.exists(self._socket(r)) for r in self.resources)
             ):
                 serving = self._restart()
             registered = serving and self.register()

@@ -49,7 +49,9 @@ def requested_profile(container: str, limits: Mapping[str, object]) -> str:
             f"container {container!r} must set limits {FAMILY}: 1 (has {family!r}); "
             "one container gets exactly one partition",
         )
-    profiles = sorted(key[len(PROFILE_PREFIX):] for key in limits if key.startswith(PROFILE_PREFIX))
+    profiles = sorted(
+        key[len(PROFILE_PREFIX) :] for key in limits if key.startswith(PROFILE_PREFIX)
+    )
     if not profiles:
         raise RequestRefused(
             "no_profile",

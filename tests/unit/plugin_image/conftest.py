@@ -27,8 +27,9 @@ def short_tmp() -> Iterator[Path]:
 
 
 @pytest.fixture
-def bw_node(simulator_build: Path, tmp_path: Path,
-            monkeypatch: pytest.MonkeyPatch) -> simnode.SimNode:
+def bw_node(
+    simulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> simnode.SimNode:
     node: simnode.SimNode = make_node(tmp_path / "node")
     monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
     return node
@@ -38,4 +39,3 @@ def bw_node(simulator_build: Path, tmp_path: Path,
 def harness(bw_node: simnode.SimNode, short_tmp: Path) -> Harness:
     # State in a short directory: the plugin's unix sockets live under it.
     return Harness(bw_node, short_tmp)
-

@@ -24,6 +24,7 @@ def reclaim_and_die(root: str, state: str, bystander_uid: str, step: str) -> Non
     """A reclaim pass whose API server knows only the bystander: the victim's pod is gone."""
     os.environ[simnode.ROOT_ENV] = root
     harness = Harness(simnode.open_node(root), Path(state), checkpoint=kill_at(step))
-    harness.kube.add_pod("default", "bystander", {"main": limits_for("2g.15gb")},
-                         uid=bystander_uid, phase="Running")
+    harness.kube.add_pod(
+        "default", "bystander", {"main": limits_for("2g.15gb")}, uid=bystander_uid, phase="Running"
+    )
     harness.reclaimer.run_pass()

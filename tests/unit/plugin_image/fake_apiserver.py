@@ -41,8 +41,16 @@ class FakeApiServer:
                     with server.lock:
                         pod = server.pods.get(key)
                     if pod is None:
-                        self._reply(404, {"kind": "Status", "apiVersion": "v1", "code": 404,
-                                          "reason": "NotFound", "status": "Failure"})
+                        self._reply(
+                            404,
+                            {
+                                "kind": "Status",
+                                "apiVersion": "v1",
+                                "code": 404,
+                                "reason": "NotFound",
+                                "status": "Failure",
+                            },
+                        )
                     else:
                         self._reply(200, pod)
                     return
@@ -57,8 +65,15 @@ class FakeApiServer:
                     with server.lock:
                         server.list_calls += 1
                         items = list(server.pods.values())
-                    self._reply(200, {"apiVersion": "v1", "kind": "PodList",
-                                      "metadata": {"resourceVersion": "1"}, "items": items})
+                    self._reply(
+                        200,
+                        {
+                            "apiVersion": "v1",
+                            "kind": "PodList",
+                            "metadata": {"resourceVersion": "1"},
+                            "items": items,
+                        },
+                    )
                     return
                 self._reply(404, {"kind": "Status", "code": 404, "status": "Failure"})
 
@@ -97,23 +112,37 @@ class FakeApiServer:
         return f"http://127.0.0.1:{self.http.server_address[1]}"
 
     def kubeconfig(self, path: Path) -> Path:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                }
+            )
+        )
         return path
 
-    def add_pod(self, namespace: str, name: str, uid: str, limits: dict[str, str],
-                phase: str = "Pending") -> None:
+    def add_pod(
+        self, namespace: str, name: str, uid: str, limits: dict[str, str], phase: str = "Pending"
+    ) -> None:
         with self.lock:
             self.pods[f"{namespace}/{name}"] = {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace, "uid": uid,
-                             "creationTimestamp": "2026-11-29T10:00:00Z"},
-                "spec": {"nodeName": "node-1", "containers": [
-                    {"name": "main", "image": "x", "resources": {"limits": limits}}]},
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "uid": uid,
+                    "creationTimestamp": "2026-11-29T10:00:00Z",
+                },
+                "spec": {
+                    "nodeName": "node-1",
+                    "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
+                },
                 "status": {"phase": phase},
             }
 

@@ -28,16 +28,26 @@ class FakeKube:
         self._clock = itertools.count(1_000_000)
         self._generation = 0
 
-    def add_pod(self, namespace: str, name: str, containers: dict[str, dict[str, str]],
-                init_containers: dict[str, dict[str, str]] | None = None,
-                phase: str = "Pending", created: float | None = None,
-                uid: str | None = None) -> Pod:
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        containers: dict[str, dict[str, str]],
+        init_containers: dict[str, dict[str, str]] | None = None,
+        phase: str = "Pending",
+        created: float | None = None,
+        uid: str | None = None,
+    ) -> Pod:
         pod = Pod(
-            namespace=namespace, name=name, uid=uid or str(uuid.uuid4()), phase=phase,
+            namespace=namespace,
+            name=name,
+            uid=uid or str(uuid.uuid4()),
+            phase=phase,
             created=float(next(self._clock)) if created is None else created,
             containers=tuple(ContainerSpec(n, lim) for n, lim in containers.items()),
-            init_containers=tuple(ContainerSpec(n, lim)
-                                  for n, lim in (init_containers or {}).items()),
+            init_containers=tuple(
+                ContainerSpec(n, lim) for n, lim in (init_containers or {}).items()
+            ),
         )
         self._set(pod)
         return pod
@@ -77,8 +87,9 @@ class FakeKube:
                 raise KubeApiError(self.fail_get)
             return list(self.pods.values())
 
-    def annotate_pod(self, namespace: str, name: str, uid: str,
-                     annotations: dict[str, str]) -> None:
+    def annotate_pod(
+        self, namespace: str, name: str, uid: str, annotations: dict[str, str]
+    ) -> None:
         with self._cond:
             if self.fail_annotate:
                 raise KubeApiError(self.fail_annotate)
@@ -87,13 +98,15 @@ class FakeKube:
                 raise KubeApiError(f"annotate pod {namespace}/{name}: uid precondition failed")
             self.annotations.setdefault(pod.key, {}).update(annotations)
 
-    def watch_pods(self, node_name: str, on_change: Callable[[], None],
-                   stop: threading.Event) -> None:
+    def watch_pods(
+        self, node_name: str, on_change: Callable[[], None], stop: threading.Event
+    ) -> None:
         seen = [-1]
         while not stop.is_set():
             with self._cond:
-                self._cond.wait_for(lambda: self._generation != seen[0] or stop.is_set(),
-                                    timeout=0.2)
+                self._cond.wait_for(
+                    lambda: self._generation != seen[0] or stop.is_set(), timeout=0.2
+                )
                 changed = self._generation != seen[0]
                 seen[0] = self._generation
             if changed:

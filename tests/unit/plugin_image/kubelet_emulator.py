@@ -74,8 +74,9 @@ class _Registration(dp_grpc.RegistrationServicer):
 
     def Register(self, request: dp.RegisterRequest, context: grpc.ServicerContext) -> dp.Empty:
         if request.version != "v1beta1":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                          f"unsupported version {request.version}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version}"
+            )
         self.emulator._registered(request)
         return dp.Empty()
 
@@ -100,32 +101,39 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
             ],
         )
 
-    def List(self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext
-             ) -> pr.ListPodResourcesResponse:
+    def List(
+        self, request: pr.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.ListPodResourcesResponse:
         with self.emulator.lock:
             self.emulator.list_calls += 1
             if self.emulator.reject_lists > 0:
                 self.emulator.reject_lists -= 1
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              "rejected by the server because of rate limiting")
+                context.abort(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "rejected by the server because of rate limiting",
+                )
             pods = list(self.emulator.pods.values())
             return pr.ListPodResourcesResponse(pod_resources=[self._pod(p) for p in pods])
 
-    def Get(self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext
-            ) -> pr.GetPodResourcesResponse:
+    def Get(
+        self, request: pr.GetPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.GetPodResourcesResponse:
         with self.emulator.lock:
             pod = self.emulator.pods.get(f"{request.pod_namespace}/{request.pod_name}")
             if pod is None:
                 context.abort(grpc.StatusCode.NOT_FOUND, "pod not found")
             return pr.GetPodResourcesResponse(pod_resources=self._pod(pod))
 
-    def GetAllocatableResources(self, request: pr.AllocatableResourcesRequest,
-                                context: grpc.ServicerContext) -> pr.AllocatableResourcesResponse:
+    def GetAllocatableResources(
+        self, request: pr.AllocatableResourcesRequest, context: grpc.ServicerContext
+    ) -> pr.AllocatableResourcesResponse:
         with self.emulator.lock:
             return pr.AllocatableResourcesResponse(
                 devices=[
-                    pr.ContainerDevices(resource_name=ep.resource,
-                                        device_ids=[i for i, h in ep.devices if h == "Healthy"])
+                    pr.ContainerDevices(
+                        resource_name=ep.resource,
+                        device_ids=[i for i, h in ep.devices if h == "Healthy"],
+                    )
                     for ep in self.emulator.endpoints.values()
                 ]
             )
@@ -156,8 +164,9 @@ class KubeletEmulator:
         self._registration.start()
         if self._pod_resources is None:
             self._pod_resources = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-            pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self),
-                                                             self._pod_resources)
+            pr_grpc.add_PodResourcesListerServicer_to_server(
+                _PodResources(self), self._pod_resources
+            )
             self._pod_resources.add_insecure_port(f"unix://{self.pod_resources_socket}")
             self._pod_resources.start()
 
@@ -202,7 +211,7 @@ class KubeletEmulator:
         with self.lock:
             self.changed.notify_all()
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
         """Block until predicate() holds (a wait, not a timed assertion: the caller asserts
         on the result and the timeout only bounds a hang)."""
         with self.lock:
@@ -215,7 +224,7 @@ class KubeletEmulator:
             return list(endpoint.devices) if endpoint else []
 
     def healthy(self, resource: str) -> int:
-        return sum(1 for _, health in self.devices(resource) if health == "Healthy")
+        return sum(1 for _ignored, health in self.devices(resource) if health == "Healthy")
 
     def counts(self) -> dict[str, int]:
         with self.lock:
@@ -223,8 +232,12 @@ class KubeletEmulator:
 
     def assigned(self, resource: str) -> set[str]:
         with self.lock:
-            return {i for p in self.pods.values() for c in p.containers
-                    for i in c.devices.get(resource, [])}
+            return {
+                i
+                for p in self.pods.values()
+                for c in p.containers
+                for i in c.devices.get(resource, [])
+            }
 
     # pods --------------------------------------------------------------------------------
     def add_pod(self, namespace: str, name: str, containers: list[str]) -> EmulatedPod:
@@ -250,16 +263,23 @@ class KubeletEmulator:
         with self.lock:
             endpoint = self.endpoints[resource]
         response = endpoint.stub.Allocate(
-            dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(
-                devices_ids=device_ids)]),
+            dp.AllocateRequest(
+                container_requests=[dp.ContainerAllocateRequest(devices_ids=device_ids)]
+            ),
             timeout=30,
         )
         result: dp.ContainerAllocateResponse = response.container_responses[0]
         return result
 
-    def admit(self, namespace: str, name: str, container: str, resources: dict[str, int],
-              device_ids: dict[str, list[str]] | None = None,
-              containers: list[str] | None = None) -> dict[str, dp.ContainerAllocateResponse]:
+    def admit(
+        self,
+        namespace: str,
+        name: str,
+        container: str,
+        resources: dict[str, int],
+        device_ids: dict[str, list[str]] | None = None,
+        containers: list[str] | None = None,
+    ) -> dict[str, dp.ContainerAllocateResponse]:
         """Admit one container: list its pod first (devices empty for it), allocate every
         resource it asks for, then list the assigned ids. Raises grpc.RpcError on refusal,
         leaving the pod listed with no devices, as a rejected pod stays listed."""

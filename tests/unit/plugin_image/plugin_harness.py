@@ -23,12 +23,18 @@ from hygon_dcu_plugin.runtime import Runtime
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
 
 
-def make_node(root: Path, model: str = "c3000-bw", cards: int = 8,
-              mode_on: bool = True) -> simnode.SimNode:
+def make_node(
+    root: Path, model: str = "c3000-bw", cards: int = 8, mode_on: bool = True
+) -> simnode.SimNode:
     node = simnode.init(root, model=model, cards=cards)
     if mode_on:
-        result = subprocess.run([str(simnode.HY_SMI_PATH), "-mig", "1"], env=node.env(),
-                                capture_output=True, text=True, check=False)
+        result = subprocess.run(
+            [str(simnode.HY_SMI_PATH), "-mig", "1"],
+            env=node.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
     return node
 
@@ -44,15 +50,24 @@ class KubeletView:
 
     def list(self) -> list[ListedPod]:
         return [
-            ListedPod(key.split("/")[0], key.split("/")[1], tuple(
-                ListedContainer(name, {r: tuple(ids) for r, ids in devices.items()})
-                for name, devices in containers.items()))
+            ListedPod(
+                key.split("/")[0],
+                key.split("/")[1],
+                tuple(
+                    ListedContainer(name, {r: tuple(ids) for r, ids in devices.items()})
+                    for name, devices in containers.items()
+                ),
+            )
             for key, containers in list(self.pods.items())
         ]
 
     def held(self, resource: str) -> set[str]:
-        return {i for containers in self.pods.values() for devices in containers.values()
-                for i in devices.get(resource, [])}
+        return {
+            i
+            for containers in self.pods.values()
+            for devices in containers.values()
+            for i in devices.get(resource, [])
+        }
 
 
 def settings_for(sim: simnode.SimNode, state: Path, **overrides: object) -> Settings:
@@ -72,8 +87,13 @@ def settings_for(sim: simnode.SimNode, state: Path, **overrides: object) -> Sett
 
 
 class Harness:
-    def __init__(self, sim: simnode.SimNode, state: Path,
-                 checkpoint: Callable[[str], None] | None = None, **settings: object) -> None:
+    def __init__(
+        self,
+        sim: simnode.SimNode,
+        state: Path,
+        checkpoint: Callable[[str], None] | None = None,
+        **settings: object,
+    ) -> None:
         self.sim = sim
         self.state = state
         self.kube = FakeKube()
@@ -81,8 +101,9 @@ class Harness:
         self.settings = settings_for(sim, state, **settings)
         os.makedirs(self.settings.device_plugin_dir, exist_ok=True)
         self.node = Node(str(sim.root), str(simnode.LIB_PATH))
-        self.runtime = Runtime(self.settings, self.node, self.kube, self.kubelet,
-                               checkpoint=checkpoint)
+        self.runtime = Runtime(
+            self.settings, self.node, self.kube, self.kubelet, checkpoint=checkpoint
+        )
 
     @property
     def allocator(self) -> Allocator:
@@ -102,8 +123,13 @@ class Harness:
                 return device.id
         raise AssertionError(f"kubelet: no free {resource} token")
 
-    def admit(self, name: str, profile: str = "2g.15gb", namespace: str = "default",
-              token: str | None = None) -> pb.ContainerAllocateResponse:
+    def admit(
+        self,
+        name: str,
+        profile: str = "2g.15gb",
+        namespace: str = "default",
+        token: str | None = None,
+    ) -> pb.ContainerAllocateResponse:
         """Create the pod, list it with no devices, Allocate, then list the token as held."""
         self.kube.add_pod(namespace, name, {"main": limits_for(profile)})
         key = f"{namespace}/{name}"
@@ -133,11 +159,27 @@ class Harness:
         return sorted((i.pci or "", i.placement.start, i.uuid) for i in found)
 
     def spec_file(self, response: pb.ContainerAllocateResponse, path: Path) -> Path:
-        path.write_text(json.dumps({
-            "envs": dict(response.envs),
-            "mounts": [{"container_path": m.container_path, "host_path": m.host_path,
-                        "read_only": m.read_only} for m in response.mounts],
-            "devices": [{"container_path": d.container_path, "host_path": d.host_path,
-                         "permissions": d.permissions} for d in response.devices],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "envs": dict(response.envs),
+                    "mounts": [
+                        {
+                            "container_path": m.container_path,
+                            "host_path": m.host_path,
+                            "read_only": m.read_only,
+                        }
+                        for m in response.mounts
+                    ],
+                    "devices": [
+                        {
+                            "container_path": d.container_path,
+                            "host_path": d.host_path,
+                            "permissions": d.permissions,
+                        }
+                        for d in response.devices
+                    ],
+                }
+            )
+        )
         return path

@@ -27,8 +27,11 @@ class Prof:
     placements: tuple[P, ...]
 
 
-BW = (Prof("2g", 1, tuple(P(s, 1) for s in range(4))), Prof("4g", 2, (P(0, 2), P(2, 2))),
-      Prof("8g", 4, (P(0, 4),)))
+BW = (
+    Prof("2g", 1, tuple(P(s, 1) for s in range(4))),
+    Prof("4g", 2, (P(0, 2), P(2, 2))),
+    Prof("8g", 4, (P(0, 4),)),
+)
 
 
 def card(index: int, occupied: set[int]) -> CardView:
@@ -38,9 +41,13 @@ def card(index: int, occupied: set[int]) -> CardView:
 def test_idle_eight_card_bw_node() -> None:
     plan = partition_plan([card(i, set()) for i in range(8)], {})
     counts = {r: healthy_count(d) for r, d in plan.items()}
-    assert counts == {WHOLE_CARD: 0, FAMILY: 32, "hygon.com/dcu.partitioned.mig-2g": 32,
-                      "hygon.com/dcu.partitioned.mig-4g": 16,
-                      "hygon.com/dcu.partitioned.mig-8g": 8}
+    assert counts == {
+        WHOLE_CARD: 0,
+        FAMILY: 32,
+        "hygon.com/dcu.partitioned.mig-2g": 32,
+        "hygon.com/dcu.partitioned.mig-4g": 16,
+        "hygon.com/dcu.partitioned.mig-8g": 8,
+    }
 
 
 def test_held_tokens_stay_healthy_and_free_ones_are_withheld() -> None:
@@ -53,7 +60,10 @@ def test_held_tokens_stay_healthy_and_free_ones_are_withheld() -> None:
 def test_a_held_token_outside_the_pool_stays_healthy() -> None:
     devices = token_devices(FAMILY, 2, {"partition-007"}, free=0)
     assert [(d.id, d.healthy) for d in devices] == [
-        ("partition-000", False), ("partition-001", False), ("partition-007", True)]
+        ("partition-000", False),
+        ("partition-001", False),
+        ("partition-007", True),
+    ]
 
 
 def test_pool_grows_when_stale_holdings_would_hide_free_capacity() -> None:
@@ -71,5 +81,7 @@ def test_unlisted_holdings_are_counted_until_the_kubelet_lists_them() -> None:
 def test_whole_card_plan() -> None:
     plan = whole_card_plan({"0000:0c:00.0": False, "0000:09:00.0": True})
     assert [(d.id, d.healthy) for d in plan[WHOLE_CARD]] == [
-        ("0000:09:00.0", True), ("0000:0c:00.0", False)]
+        ("0000:09:00.0", True),
+        ("0000:0c:00.0", False),
+    ]
     assert plan[FAMILY] == []

@@ -29,16 +29,25 @@ def test_idle_bw_node_counts(harness: Harness) -> None:
 def test_counts_follow_each_allocation_and_reclaim(harness: Harness) -> None:
     harness.admit("a", "2g.15gb")
     # Pack: one 2g on card 0 leaves 3 slices there (one 4g still fits at 2:2).
-    assert harness.counts() == {**IDLE_BW, "hygon.com/dcu.partitioned.mig-2g.15gb": 32,
-                                "hygon.com/dcu.partitioned.mig-4g.31gb": 15,
-                                "hygon.com/dcu.partitioned.mig-8g.63gb": 7}
+    assert harness.counts() == {
+        **IDLE_BW,
+        "hygon.com/dcu.partitioned.mig-2g.15gb": 32,
+        "hygon.com/dcu.partitioned.mig-4g.31gb": 15,
+        "hygon.com/dcu.partitioned.mig-8g.63gb": 7,
+    }
     harness.admit("b", "4g.31gb")
     # Packed onto card 0 at 2:2: card 0 is full except slice 1. Family: 2 held + 1 + 7 * 4.
-    assert harness.counts() == {**IDLE_BW, FAMILY: 31, "hygon.com/dcu.partitioned.mig-2g.15gb": 30,
-                                "hygon.com/dcu.partitioned.mig-4g.31gb": 15,
-                                "hygon.com/dcu.partitioned.mig-8g.63gb": 7}
-    assert [(pci, start) for pci, start, _ in harness.live()] == [
-        ("0000:09:00.0", 0), ("0000:09:00.0", 2)]
+    assert harness.counts() == {
+        **IDLE_BW,
+        FAMILY: 31,
+        "hygon.com/dcu.partitioned.mig-2g.15gb": 30,
+        "hygon.com/dcu.partitioned.mig-4g.31gb": 15,
+        "hygon.com/dcu.partitioned.mig-8g.63gb": 7,
+    }
+    assert [(pci, start) for pci, start, _ignored in harness.live()] == [
+        ("0000:09:00.0", 0),
+        ("0000:09:00.0", 2),
+    ]
     harness.finish("a")
     harness.finish("b", how="Succeeded")
     report = harness.reclaimer.run_pass()
@@ -47,8 +56,9 @@ def test_counts_follow_each_allocation_and_reclaim(harness: Harness) -> None:
     assert harness.counts() == IDLE_BW
 
 
-def test_mode_off_serves_whole_cards_only(simulator_build: Path, tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mode_off_serves_whole_cards_only(
+    simulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = make_node(tmp_path / "node", mode_on=False)
     monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
     harness = Harness(node, tmp_path / "state")
@@ -58,16 +68,22 @@ def test_mode_off_serves_whole_cards_only(simulator_build: Path, tmp_path: Path,
     assert ids == list(simnode.MODELS["c3000-bw"].pci_addresses)
     response = harness.allocator.allocate(WHOLE_CARD, [ids[2]])
     assert {d.container_path for d in response.devices} == {
-        "/dev/kfd", "/dev/mkfd", "/dev/dri/card2", "/dev/dri/renderD130"}
+        "/dev/kfd",
+        "/dev/mkfd",
+        "/dev/dri/card2",
+        "/dev/dri/renderD130",
+    }
 
 
-def test_hypothetical_model_gives_its_own_counts(simulator_build: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hypothetical_model_gives_its_own_counts(
+    simulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = make_node(tmp_path / "node", model="hypo-x8", cards=2)
     monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
     harness = Harness(node, tmp_path / "state")
     assert harness.counts() == {
-        WHOLE_CARD: 0, FAMILY: 16,
+        WHOLE_CARD: 0,
+        FAMILY: 16,
         "hygon.com/dcu.partitioned.mig-1g.16gb": 16,
         "hygon.com/dcu.partitioned.mig-2g.32gb": 8,
         "hygon.com/dcu.partitioned.mig-3g.48gb": 4,
@@ -90,7 +106,8 @@ def test_response_carries_what_the_runtime_needs(harness: Harness) -> None:
     assert dict(response.envs) == {"DMI_MIG_VISIBLE_DEVICE": f"MIG-{instance.uuid}"}
     devices = {(d.container_path, d.host_path, d.permissions) for d in response.devices}
     assert devices == {
-        ("/dev/kfd", root + "/dev/kfd", "rwm"), ("/dev/mkfd", root + "/dev/mkfd", "rwm"),
+        ("/dev/kfd", root + "/dev/kfd", "rwm"),
+        ("/dev/mkfd", root + "/dev/mkfd", "rwm"),
         ("/dev/dri/card0", root + "/dev/dri/card0", "rw"),
         ("/dev/dri/renderD128", root + "/dev/dri/renderD128", "rw"),
     }
@@ -101,8 +118,12 @@ def test_response_carries_what_the_runtime_needs(harness: Harness) -> None:
         ("/opt/hygondriver", root + "/opt/dtk", True),
     }
     annotation = json.loads(harness.kube.annotations["default/a"][ANNOTATION_PREFIX + "main"])
-    assert annotation == {"card": "0000:09:00.0", "profile": "2g.15gb",
-                          "placement": f"{instance.placement.start}:1", "uuid": instance.uuid}
+    assert annotation == {
+        "card": "0000:09:00.0",
+        "profile": "2g.15gb",
+        "placement": f"{instance.placement.start}:1",
+        "uuid": instance.uuid,
+    }
     (record,) = harness.runtime.store.load()
     assert record.uuid == instance.uuid and record.pod_name == "a"
 
@@ -111,8 +132,9 @@ def test_thirty_two_concurrent_allocations_then_refusal(harness: Harness) -> Non
     names = [f"p{i:02d}" for i in range(32)]
     tokens = [d.id for d in harness.runtime.plan()[FAMILY]][:32]
     for name in names:
-        harness.kube.add_pod("default", name, {"main": {
-            FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}})
+        harness.kube.add_pod(
+            "default", name, {"main": {FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}}
+        )
         harness.kubelet.pods[f"default/{name}"] = {"main": {}}
     errors: list[BaseException] = []
 
@@ -124,8 +146,9 @@ def test_thirty_two_concurrent_allocations_then_refusal(harness: Harness) -> Non
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=admit, args=(n, t)) for n, t in zip(names, tokens,
-                                                                            strict=True)]
+    threads = [
+        threading.Thread(target=admit, args=(n, t)) for n, t in zip(names, tokens, strict=True)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -143,15 +166,24 @@ def test_thirty_two_concurrent_allocations_then_refusal(harness: Harness) -> Non
     for record in records:
         harness.kubelet.pods[record.pod_key]["main"] = {
             FAMILY: list(record.device_ids),
-            "hygon.com/dcu.partitioned.mig-2g.15gb": [f"2g.15gb-{record.device_ids[0][-3:]}"]}
-    assert harness.counts() == {FAMILY: 32, "hygon.com/dcu.partitioned.mig-2g.15gb": 32,
-                                "hygon.com/dcu.partitioned.mig-4g.31gb": 0,
-                                "hygon.com/dcu.partitioned.mig-8g.63gb": 0, WHOLE_CARD: 0}
-    harness.kube.add_pod("default", "late", {"main": {
-        FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}})
+            "hygon.com/dcu.partitioned.mig-2g.15gb": [f"2g.15gb-{record.device_ids[0][-3:]}"],
+        }
+    assert harness.counts() == {
+        FAMILY: 32,
+        "hygon.com/dcu.partitioned.mig-2g.15gb": 32,
+        "hygon.com/dcu.partitioned.mig-4g.31gb": 0,
+        "hygon.com/dcu.partitioned.mig-8g.63gb": 0,
+        WHOLE_CARD: 0,
+    }
+    harness.kube.add_pod(
+        "default", "late", {"main": {FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}}
+    )
     harness.kubelet.pods["default/late"] = {"main": {}}
-    with pytest.raises(RequestRefused, match=r"no free 2g.15gb partition.*free capacity: 0 "
-                                             r"partitions \(2g.15gb: 0, 4g.31gb: 0, 8g.63gb: 0\)"):
+    with pytest.raises(
+        RequestRefused,
+        match=r"no free 2g.15gb partition.*free capacity: 0 "
+        r"partitions \(2g.15gb: 0, 4g.31gb: 0, 8g.63gb: 0\)",
+    ):
         harness.allocator.allocate(FAMILY, ["partition-999"])
 
 
@@ -163,15 +195,27 @@ def test_refuses_more_than_one_token(harness: Harness) -> None:
     assert harness.node.instances() == []
 
 
-@pytest.mark.parametrize(("limits", "message"), [
-    ({FAMILY: "1"}, "no profile: add a limit"),
-    ({FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1",
-      "hygon.com/dcu.partitioned.mig-4g.31gb": "1"}, "request exactly one profile"),
-    ({FAMILY: "1", "hygon.com/dcu.partitioned.mig-3g.23gb": "1"},
-     "not offered on this node; offered: 2g.15gb, 4g.31gb, 8g.63gb"),
-])
-def test_refuses_bad_profile_requests(harness: Harness, limits: dict[str, str],
-                                      message: str) -> None:
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({FAMILY: "1"}, "no profile: add a limit"),
+        (
+            {
+                FAMILY: "1",
+                "hygon.com/dcu.partitioned.mig-2g.15gb": "1",
+                "hygon.com/dcu.partitioned.mig-4g.31gb": "1",
+            },
+            "request exactly one profile",
+        ),
+        (
+            {FAMILY: "1", "hygon.com/dcu.partitioned.mig-3g.23gb": "1"},
+            "not offered on this node; offered: 2g.15gb, 4g.31gb, 8g.63gb",
+        ),
+    ],
+)
+def test_refuses_bad_profile_requests(
+    harness: Harness, limits: dict[str, str], message: str
+) -> None:
     harness.kube.add_pod("default", "bad", {"main": limits})
     harness.kubelet.pods["default/bad"] = {"main": {}}
     with pytest.raises(RequestRefused, match=message):
@@ -186,8 +230,9 @@ def test_refuses_when_no_container_is_waiting(harness: Harness) -> None:
 
 
 def test_retry_for_the_same_container_returns_the_same_partition(harness: Harness) -> None:
-    harness.kube.add_pod("default", "a", {"main": {
-        FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}})
+    harness.kube.add_pod(
+        "default", "a", {"main": {FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}}
+    )
     harness.kubelet.pods["default/a"] = {"main": {}}
     first = harness.allocator.allocate(FAMILY, ["partition-004"])
     again = harness.allocator.allocate(FAMILY, ["partition-004"])
@@ -218,29 +263,36 @@ def test_missing_conf_file_right_before_answering_rolls_back(harness: Harness) -
     assert harness.runtime.store.load().records == []
 
 
-def test_spread_policy_uses_the_emptiest_card(simulator_build: Path, bw_node: simnode.SimNode,
-                                              tmp_path: Path) -> None:
+def test_spread_policy_uses_the_emptiest_card(
+    simulator_build: Path, bw_node: simnode.SimNode, tmp_path: Path
+) -> None:
     harness = Harness(bw_node, tmp_path / "state", policy="spread")
     for name in ("a", "b", "c"):
         harness.admit(name)
-    assert sorted(pci for pci, _, _ in harness.live()) == [
-        "0000:09:00.0", "0000:0c:00.0", "0000:49:00.0"]
+    assert sorted(pci for pci, _ignored, _ignored in harness.live()) == [
+        "0000:09:00.0",
+        "0000:0c:00.0",
+        "0000:49:00.0",
+    ]
 
 
-def test_a_card_that_fails_queries_leaves_the_counts_and_is_never_used(
-        harness: Harness) -> None:
+def test_a_card_that_fails_queries_leaves_the_counts_and_is_never_used(harness: Harness) -> None:
     harness.admit("a")
     harness.sim.make_unreachable(7)
-    assert harness.counts() == {FAMILY: 1 + 3 + 6 * 4,
-                                "hygon.com/dcu.partitioned.mig-2g.15gb": 1 + 3 + 6 * 4,
-                                "hygon.com/dcu.partitioned.mig-4g.31gb": 1 + 6 * 2,
-                                "hygon.com/dcu.partitioned.mig-8g.63gb": 6, WHOLE_CARD: 0}
+    assert harness.counts() == {
+        FAMILY: 1 + 3 + 6 * 4,
+        "hygon.com/dcu.partitioned.mig-2g.15gb": 1 + 3 + 6 * 4,
+        "hygon.com/dcu.partitioned.mig-4g.31gb": 1 + 6 * 2,
+        "hygon.com/dcu.partitioned.mig-8g.63gb": 6,
+        WHOLE_CARD: 0,
+    }
     harness.admit("b", "4g.31gb")
     for name in ("c", "d", "e", "f", "g", "h"):
         harness.admit(name, "8g.63gb")
-    assert "0000:cc:00.0" not in {pci for pci, _, _ in harness.live()}
-    harness.kube.add_pod("default", "i", {"main": {
-        FAMILY: "1", "hygon.com/dcu.partitioned.mig-8g.63gb": "1"}})
+    assert "0000:cc:00.0" not in {pci for pci, _ignored, _ignored in harness.live()}
+    harness.kube.add_pod(
+        "default", "i", {"main": {FAMILY: "1", "hygon.com/dcu.partitioned.mig-8g.63gb": "1"}}
+    )
     harness.kubelet.pods["default/i"] = {"main": {}}
     with pytest.raises(RequestRefused, match=r"no free 8g\.63gb"):
         harness.allocator.allocate(FAMILY, ["partition-031"])
@@ -257,9 +309,9 @@ def test_no_dtk_on_the_host_means_no_hygondriver_mount(harness: Harness) -> None
     assert "/opt/hyhal" in {m.container_path for m in response.mounts}
 
 
-def test_whole_card_request_for_an_unknown_card_is_refused(simulator_build: Path,
-                                                           tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_whole_card_request_for_an_unknown_card_is_refused(
+    simulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     node = make_node(tmp_path / "node", mode_on=False)
     monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
     harness = Harness(node, tmp_path / "state")

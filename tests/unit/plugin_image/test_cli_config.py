@@ -27,8 +27,7 @@ def test_file_then_flags(tmp_path: Path) -> None:
     conf = tmp_path / "c.yaml"
     conf.write_text("policy: spread\ngrace_seconds: 5\nhost_root: /host\n")
     settings = parse("--config", str(conf), "--grace-seconds", "7")
-    assert (settings.policy, settings.grace_seconds, settings.host_root) == ("spread", 7.0,
-                                                                              "/host")
+    assert (settings.policy, settings.grace_seconds, settings.host_root) == ("spread", 7.0, "/host")
 
 
 def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -36,15 +35,18 @@ def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert parse().node_name == "gpu-7"
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("polcy: pack\n", "unknown keys ['polcy']"),
-    ("policy: random\n", "policy: 'random' is not one of pack, spread"),
-    ("grace_seconds: soon\n", "grace_seconds: 'soon' is not a number"),
-    ("- a\n", "must be a mapping"),
-    ("records_dir: relative\n", "records_dir: 'relative' must be an absolute path"),
-    ("resync_seconds: 0\n", "resync_seconds: 0.0 must be > 0"),
-    ("health_address: 9410\n", "must be a string"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("polcy: pack\n", "unknown keys ['polcy']"),
+        ("policy: random\n", "policy: 'random' is not one of pack, spread"),
+        ("grace_seconds: soon\n", "grace_seconds: 'soon' is not a number"),
+        ("- a\n", "must be a mapping"),
+        ("records_dir: relative\n", "records_dir: 'relative' must be an absolute path"),
+        ("resync_seconds: 0\n", "resync_seconds: 0.0 must be > 0"),
+        ("health_address: 9410\n", "must be a string"),
+    ],
+)
 def test_bad_config_is_refused_with_the_key(tmp_path: Path, text: str, message: str) -> None:
     conf = tmp_path / "c.yaml"
     conf.write_text(text)
@@ -59,10 +61,18 @@ def test_missing_config_file(tmp_path: Path) -> None:
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
-    env = {"PYTHONPATH": f"{REPO / 'plugin_image' / 'src'}:{REPO / '.venv' / 'collections'}",
-           "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "hygon_dcu_plugin", *argv], env=env,
-                          capture_output=True, text=True, check=False, timeout=60)
+    env = {
+        "PYTHONPATH": f"{REPO / 'plugin_image' / 'src'}:{REPO / '.venv' / 'collections'}",
+        "PATH": "/usr/bin:/bin",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "hygon_dcu_plugin", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
 def test_help_documents_every_flag_and_config_key() -> None:
@@ -90,15 +100,18 @@ def test_webhook_dispatches_to_the_webhook_package(monkeypatch: pytest.MonkeyPat
             seen.append(argv)
             return 3
 
-    monkeypatch.setattr(importlib, "import_module",
-                        lambda name: Server if name == "hygon_dcu_plugin.webhook.server"
-                        else None)
+    monkeypatch.setattr(
+        importlib,
+        "import_module",
+        lambda name: Server if name == "hygon_dcu_plugin.webhook.server" else None,
+    )
     assert cli.main(["webhook", "--port", "8443"]) == 3
     assert seen == [["--port", "8443"]]
 
 
-def test_webhook_absent_fails_clearly(monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_webhook_absent_fails_clearly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def missing(name: str) -> None:
         raise ModuleNotFoundError(f"No module named {name!r}")
 

@@ -15,8 +15,7 @@ from crash_child import allocate_and_die, reclaim_and_die
 from fake_kube import limits_for
 from plugin_harness import Harness
 
-CREATE_STEPS = ["gpu_instance_created", "compute_instance_created", "record_written",
-                "annotated"]
+CREATE_STEPS = ["gpu_instance_created", "compute_instance_created", "record_written", "annotated"]
 DESTROY_STEPS = ["compute_instance_destroyed", "instance_destroyed"]
 
 
@@ -31,8 +30,9 @@ def run_child(target: Callable[..., None], *args: str) -> int | None:
 def converge_and_check(bw_node: simnode.SimNode, state: Path, victim_uid: str) -> Harness:
     restarted = Harness(bw_node, state)
     # The kubelet saw Allocate fail: the pod is rejected (Failed) and stays until deleted.
-    restarted.kube.add_pod("default", "victim", {"main": limits_for("2g.15gb")},
-                           uid=victim_uid, phase="Failed")
+    restarted.kube.add_pod(
+        "default", "victim", {"main": limits_for("2g.15gb")}, uid=victim_uid, phase="Failed"
+    )
     restarted.reclaimer.run_pass()
     assert restarted.node.instances() == []
     assert restarted.runtime.store.load().records == []
@@ -62,12 +62,16 @@ def test_killed_during_destroy(bw_node: simnode.SimNode, short_tmp: Path, step: 
     first.admit("bystander")
     victim = next(r for r in first.runtime.store.load() if r.pod_name == "victim")
     bystander = next(r for r in first.runtime.store.load() if r.pod_name == "bystander")
-    code = run_child(reclaim_and_die, str(bw_node.root), str(short_tmp),
-                     bystander.pod_uid, step)
+    code = run_child(reclaim_and_die, str(bw_node.root), str(short_tmp), bystander.pod_uid, step)
     assert code == -signal.SIGKILL
     restarted = Harness(bw_node, short_tmp)
-    restarted.kube.add_pod("default", "bystander", {"main": limits_for("2g.15gb")},
-                           uid=bystander.pod_uid, phase="Running")
+    restarted.kube.add_pod(
+        "default",
+        "bystander",
+        {"main": limits_for("2g.15gb")},
+        uid=bystander.pod_uid,
+        phase="Running",
+    )
     restarted.reclaimer.run_pass()
     assert [i.uuid for i in restarted.node.instances()] == [bystander.uuid]
     assert [r.uuid for r in restarted.runtime.store.load()] == [bystander.uuid]

@@ -12,28 +12,66 @@ from hygon_dcu_plugin.vocabulary import FAMILY, RequestRefused
 LIMITS = {FAMILY: "1", FAMILY + ".mig-2g.15gb": "1"}
 
 
-def pod(name: str, created: float, phase: str = "Pending", deleting: bool = False,
-        containers: tuple[str, ...] = ("main",), init: tuple[str, ...] = (),
-        limits: dict[str, str] = LIMITS) -> Pod:
-    return Pod("ns", name, f"uid-{name}", phase, created, deleting,
-               tuple(ContainerSpec(c, limits) for c in containers),
-               tuple(ContainerSpec(c, limits) for c in init))
+def pod(
+    name: str,
+    created: float,
+    phase: str = "Pending",
+    deleting: bool = False,
+    containers: tuple[str, ...] = ("main",),
+    init: tuple[str, ...] = (),
+    limits: dict[str, str] | None = None,
+) -> Pod:
+    limits = LIMITS if limits is None else limits
+    return Pod(
+        "ns",
+        name,
+        f"uid-{name}",
+        phase,
+        created,
+        deleting,
+        tuple(ContainerSpec(c, limits) for c in containers),
+        tuple(ContainerSpec(c, limits) for c in init),
+    )
 
 
 def listed(name: str, devices: dict[str, list[str]] | None = None) -> ListedPod:
     devices = devices or {}
-    return ListedPod("ns", name, tuple(
-        ListedContainer(c, {FAMILY: tuple(ids)} if ids else {}) for c, ids in
-        (devices.items() if devices else [("main", [])])))
+    return ListedPod(
+        "ns",
+        name,
+        tuple(
+            ListedContainer(c, {FAMILY: tuple(ids)} if ids else {})
+            for c, ids in (devices.items() if devices else [("main", [])])
+        ),
+    )
 
 
 def rec(p: Pod, container: str, token: str) -> Record:
-    return Record("u" + token, "pci", 0, 3, 0, "2g.15gb", 0, 1, "/c", p.namespace, p.name, p.uid,
-                  (container,), (token,), 0.0)
+    return Record(
+        "u" + token,
+        "pci",
+        0,
+        3,
+        0,
+        "2g.15gb",
+        0,
+        1,
+        "/c",
+        p.namespace,
+        p.name,
+        p.uid,
+        (container,),
+        (token,),
+        0.0,
+    )
 
 
-def run(pods: list[Pod], entries: list[ListedPod], records: tuple[Record, ...] | list[Record] = (),
-        device: str = "partition-000") -> Target:
+def run(
+    pods: list[Pod],
+    entries: list[ListedPod],
+    records: tuple[Record, ...] | list[Record] = (),
+    device: str = "partition-000",
+) -> Target:
     table = {p.name: p for p in pods}
     return identify(FAMILY, [device], entries, lambda ns, n: table.get(n), list(records))
 
@@ -46,8 +84,12 @@ def test_a_rejected_pod_still_listed_and_reading_pending_loses_to_the_newer_pod(
 
 
 def test_terminal_terminating_and_unrelated_pods_are_skipped() -> None:
-    pods = [pod("done", 300.0, phase="Failed"), pod("going", 301.0, deleting=True),
-            pod("other", 302.0, limits={"cpu": "1"}), pod("real", 10.0)]
+    pods = [
+        pod("done", 300.0, phase="Failed"),
+        pod("going", 301.0, deleting=True),
+        pod("other", 302.0, limits={"cpu": "1"}),
+        pod("real", 10.0),
+    ]
     target = run(pods, [listed(p.name) for p in pods])
     assert target.pod.name == "real"
 
@@ -61,8 +103,12 @@ def test_multi_container_pods_go_in_spec_order() -> None:
     duo = pod("duo", 1.0, containers=("a", "b"))
     first = run([duo], [listed("duo", {"a": [], "b": []})])
     assert first.container.name == "a"
-    second = run([duo], [listed("duo", {"a": ["partition-000"], "b": []})],
-                 [rec(duo, "a", "partition-000")], device="partition-001")
+    second = run(
+        [duo],
+        [listed("duo", {"a": ["partition-000"], "b": []})],
+        [rec(duo, "a", "partition-000")],
+        device="partition-001",
+    )
     assert second.container.name == "b" and second.reuse is None
 
 

@@ -41,8 +41,7 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 def test_health_endpoint() -> None:
     state = {"ready": False}
-    server = HealthServer("127.0.0.1:0", lambda: True, lambda: state["ready"],
-                          lambda: "m 1\n")
+    server = HealthServer("127.0.0.1:0", lambda: True, lambda: state["ready"], lambda: "m 1\n")
     server.start()
     try:
         assert get(server.port, "/healthz") == (200, "ok\n")
@@ -63,21 +62,36 @@ def test_logs_are_json_lines_with_extra_fields() -> None:
 
 
 def test_every_kubernetes_call_is_listed_for_rbac() -> None:
-    assert set(API_ACCESS) == {("", "pods", "get"), ("", "pods", "patch"),
-                               ("", "pods", "list"), ("", "pods", "watch")}
+    assert set(API_ACCESS) == {
+        ("", "pods", "get"),
+        ("", "pods", "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+    }
 
 
 def test_pod_from_the_kubernetes_client() -> None:
     obj = client.V1Pod(
         metadata=client.V1ObjectMeta(
-            name="p", namespace="ns", uid="u1",
+            name="p",
+            namespace="ns",
+            uid="u1",
             creation_timestamp=datetime(2026, 1, 1, tzinfo=UTC),
-            deletion_timestamp=datetime(2026, 1, 2, tzinfo=UTC)),
+            deletion_timestamp=datetime(2026, 1, 2, tzinfo=UTC),
+        ),
         spec=client.V1PodSpec(
-            containers=[client.V1Container(name="main", resources=client.V1ResourceRequirements(
-                limits={"hygon.com/dcu.partitioned": "1"}))],
-            init_containers=[client.V1Container(name="init")]),
-        status=client.V1PodStatus(phase="Running"))
+            containers=[
+                client.V1Container(
+                    name="main",
+                    resources=client.V1ResourceRequirements(
+                        limits={"hygon.com/dcu.partitioned": "1"}
+                    ),
+                )
+            ],
+            init_containers=[client.V1Container(name="init")],
+        ),
+        status=client.V1PodStatus(phase="Running"),
+    )
     pod = pod_from_api(obj)
     assert (pod.key, pod.uid, pod.phase, pod.deleting) == ("ns/p", "u1", "Running", True)
     assert pod.containers[0].limits == {"hygon.com/dcu.partitioned": "1"}

@@ -17,13 +17,20 @@ pytestmark = root_only
 def run_in_container(harness: Harness, spec: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(simnode.MINIRUN_PATH), str(spec), "--", "dcu-probe"],
-        env=harness.sim.env(), capture_output=True, text=True, check=False, timeout=60)
+        env=harness.sim.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
 
 
-@pytest.mark.parametrize(("profile", "cus", "mib"), [("2g.15gb", 20, 16380),
-                                                      ("4g.31gb", 40, 32760)])
-def test_probe_sees_exactly_the_granted_partition(harness: Harness, tmp_path: Path,
-                                                  profile: str, cus: int, mib: int) -> None:
+@pytest.mark.parametrize(
+    ("profile", "cus", "mib"), [("2g.15gb", 20, 16380), ("4g.31gb", 40, 32760)]
+)
+def test_probe_sees_exactly_the_granted_partition(
+    harness: Harness, tmp_path: Path, profile: str, cus: int, mib: int
+) -> None:
     harness.admit("other", "2g.15gb")  # a second live partition the container must not see
     response = harness.admit("a", profile)
     uuid = response.envs["DMI_MIG_VISIBLE_DEVICE"].removeprefix("MIG-")

@@ -23,15 +23,22 @@ class Prof:
     placements: tuple[P, ...]
 
 
-BW = (Prof("2g", 1, tuple(P(s, 1) for s in range(4))), Prof("4g", 2, (P(0, 2), P(2, 2))),
-      Prof("8g", 4, (P(0, 4),)))
+BW = (
+    Prof("2g", 1, tuple(P(s, 1) for s in range(4))),
+    Prof("4g", 2, (P(0, 2), P(2, 2))),
+    Prof("8g", 4, (P(0, 4),)),
+)
 # Invented table: 6 slices, an unaligned 3-slice profile, overlapping legal placements.
-ODD = (Prof("1s", 1, tuple(P(s, 1) for s in range(6))), Prof("3s", 3, (P(0, 3), P(2, 3),
-       P(3, 3))), Prof("6s", 6, (P(0, 6),)))
+ODD = (
+    Prof("1s", 1, tuple(P(s, 1) for s in range(6))),
+    Prof("3s", 3, (P(0, 3), P(2, 3), P(3, 3))),
+    Prof("6s", 6, (P(0, 6),)),
+)
 
 
-def card(index: int, occupied: set[int], profiles: tuple[Prof, ...] = BW,
-         slices: int = 4) -> CardView:
+def card(
+    index: int, occupied: set[int], profiles: tuple[Prof, ...] = BW, slices: int = 4
+) -> CardView:
     return CardView(index, f"pci{index}", slices, profiles, frozenset(occupied))
 
 
@@ -82,8 +89,11 @@ def test_unknown_policy_is_refused() -> None:
         choose([card(0, set())], "2g", "random")
 
 
-@given(st.sets(st.integers(0, 5)), st.sampled_from(["1s", "3s", "6s"]),
-       st.sampled_from(["pack", "spread"]))
+@given(
+    st.sets(st.integers(0, 5)),
+    st.sampled_from(["1s", "3s", "6s"]),
+    st.sampled_from(["pack", "spread"]),
+)
 def test_choice_is_always_free_and_legal(occupied: set[int], profile: str, policy: str) -> None:
     view = card(0, occupied, ODD, 6)
     prof = view.profile(profile)

@@ -36,27 +36,35 @@ def most(profile: str, taken: set[int]) -> int:
 
 def expected_counts(live: dict[str, tuple[int, set[int], str]]) -> dict[str, int]:
     taken = {card: set[int]() for card in range(CARDS)}
-    for card, span, _ in live.values():
+    for card, span, _ignored in live.values():
         taken[card] |= span
-    counts = {WHOLE_CARD: 0,
-              FAMILY: len(live) + sum(max(most(p, taken[c]) for p in BW) for c in taken)}
+    counts = {
+        WHOLE_CARD: 0,
+        FAMILY: len(live) + sum(max(most(p, taken[c]) for p in BW) for c in taken),
+    }
     for profile in BW:
-        held = sum(1 for _, _, p in live.values() if p == profile)
+        held = sum(1 for _ignored, _ignored, p in live.values() if p == profile)
         counts[PROFILE_PREFIX + profile] = held + sum(most(profile, taken[c]) for c in taken)
     return counts
 
 
 operations = st.lists(
-    st.one_of(st.tuples(st.just("allocate"), st.sampled_from(sorted(BW))),
-              st.tuples(st.just("release"), st.integers(min_value=0, max_value=50))),
-    min_size=1, max_size=14)
+    st.one_of(
+        st.tuples(st.just("allocate"), st.sampled_from(sorted(BW))),
+        st.tuples(st.just("release"), st.integers(min_value=0, max_value=50)),
+    ),
+    min_size=1,
+    max_size=14,
+)
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=operations)
-def test_random_sequences_match_the_reference(simulator_build: Path, short_tmp: Path,
-                                              ops: list[tuple[str, object]]) -> None:
+def test_random_sequences_match_the_reference(
+    simulator_build: Path, short_tmp: Path, ops: list[tuple[str, object]]
+) -> None:
     example = short_tmp / f"ex{len(list(short_tmp.iterdir()))}"
     node = make_node(example / "node", cards=CARDS)
     # Not monkeypatch: hypothesis runs the body many times within one fixture scope.
@@ -71,15 +79,14 @@ def test_random_sequences_match_the_reference(simulator_build: Path, short_tmp: 
             os.environ[simnode.ROOT_ENV] = previous
 
 
-def check_sequence(harness: Harness, node: simnode.SimNode,
-                   ops: list[tuple[str, object]]) -> None:
+def check_sequence(harness: Harness, node: simnode.SimNode, ops: list[tuple[str, object]]) -> None:
     pci_to_card = {node.pci(i): i for i in range(CARDS)}
     live: dict[str, tuple[int, set[int], str]] = {}  # pod -> (card, slices, profile)
     for number, (op, arg) in enumerate(ops):
         if op == "allocate":
             profile = str(arg)
             taken = {c: set[int]() for c in range(CARDS)}
-            for card, span, _ in live.values():
+            for card, span, _ignored in live.values():
                 taken[card] |= span
             possible = any(fits(profile, taken[c]) for c in taken)
             name = f"pod{number}"
@@ -87,12 +94,14 @@ def check_sequence(harness: Harness, node: simnode.SimNode,
             schedulable = all(
                 any(d.healthy and d.id not in harness.kubelet.held(resource) for d in devices)
                 for resource, devices in harness.runtime.plan().items()
-                if resource in (FAMILY, PROFILE_PREFIX + profile))
+                if resource in (FAMILY, PROFILE_PREFIX + profile)
+            )
             assert schedulable == possible, f"counts disagree on whether {profile} fits"
             if not possible:
                 # Even if a pod got here, the plugin refuses it.
-                harness.kube.add_pod("default", name, {"main": {
-                    FAMILY: "1", PROFILE_PREFIX + profile: "1"}})
+                harness.kube.add_pod(
+                    "default", name, {"main": {FAMILY: "1", PROFILE_PREFIX + profile: "1"}}
+                )
                 harness.kubelet.pods[f"default/{name}"] = {"main": {}}
                 with pytest.raises(RequestRefused) as refused:
                     harness.allocator.allocate(FAMILY, ["partition-999"])
@@ -101,8 +110,9 @@ def check_sequence(harness: Harness, node: simnode.SimNode,
                 continue
             harness.admit(name, profile)
             (record,) = [r for r in harness.runtime.store.load() if r.pod_name == name]
-            span = set(range(record.placement_start,
-                             record.placement_start + record.placement_size))
+            span = set(
+                range(record.placement_start, record.placement_start + record.placement_size)
+            )
             card = pci_to_card[record.card_pci]
             assert not span & taken[card], "overlapping partition"
             live[name] = (card, span, profile)
@@ -112,8 +122,10 @@ def check_sequence(harness: Harness, node: simnode.SimNode,
             harness.reclaimer.run_pass()
             del live[name]
         # The driver agrees with the model: same slices, no overlap anywhere.
-        driver = sorted((pci_to_card[i.pci or ""], i.placement.start, i.placement.size)
-                        for i in harness.node.instances())
-        model = sorted((c, min(s), len(s)) for c, s, _ in live.values())
+        driver = sorted(
+            (pci_to_card[i.pci or ""], i.placement.start, i.placement.size)
+            for i in harness.node.instances()
+        )
+        model = sorted((c, min(s), len(s)) for c, s, _ignored in live.values())
         assert driver == model
         assert harness.counts() == expected_counts(live)

@@ -33,8 +33,11 @@ class Stack:
         self.harness.runtime.allocator.lister = self.harness.runtime.lister
         self.harness.runtime.start()
         registered = self.kubelet.wait_for(
-            lambda: set(self.kubelet.endpoints) == set(IDLE)
-            and all(e.updates for e in self.kubelet.endpoints.values()))
+            lambda: (
+                set(self.kubelet.endpoints) == set(IDLE)
+                and all(e.updates for e in self.kubelet.endpoints.values())
+            )
+        )
         assert registered, self.kubelet.register_requests
 
     def counts_reach(self, wanted: dict[str, int]) -> bool:
@@ -119,8 +122,7 @@ def test_rejected_pod_still_listed_does_not_steal_the_next_allocation(stack: Sta
 
 def test_multi_container_pod_is_served_in_spec_order(stack: Stack) -> None:
     kube, kubelet = stack.harness.kube, stack.kubelet
-    kube.add_pod("team", "duo", {"first": {FAMILY: "1", P4G: "1"},
-                                 "second": LIMITS_2G})
+    kube.add_pod("team", "duo", {"first": {FAMILY: "1", P4G: "1"}, "second": LIMITS_2G})
     kubelet.admit("team", "duo", "first", {FAMILY: 1, P4G: 1}, containers=["first", "second"])
     kubelet.admit("team", "duo", "second", {FAMILY: 1, P2G: 1})
     records = {r.containers[0]: r.profile for r in stack.harness.runtime.store.load()}
@@ -144,8 +146,11 @@ def test_plugin_registers_again_after_a_kubelet_restart(stack: Stack) -> None:
     before = len(stack.kubelet.register_requests)
     stack.kubelet.restart()
     assert stack.kubelet.wait_for(
-        lambda: len(stack.kubelet.register_requests) >= before + len(IDLE)
-        and set(stack.kubelet.endpoints) == set(IDLE))
+        lambda: (
+            len(stack.kubelet.register_requests) >= before + len(IDLE)
+            and set(stack.kubelet.endpoints) == set(IDLE)
+        )
+    )
     assert stack.counts_reach(IDLE), stack.kubelet.counts()
     # And it still allocates through the new sockets.
     stack.harness.kube.add_pod("team", "after", {"main": LIMITS_2G})
@@ -167,8 +172,7 @@ def test_a_kubelet_that_keeps_refusing_list_fails_the_allocate_clearly(stack: St
     with pytest.raises(grpc.RpcError) as caught:
         stack.kubelet.admit("team", "starved", "main", {FAMILY: 1, P2G: 1})
     stack.kubelet.reject_lists = 0
-    assert "cannot ask the kubelet which container is being admitted" in str(
-        caught.value.details())
+    assert "cannot ask the kubelet which container is being admitted" in str(caught.value.details())
     assert stack.harness.node.instances() == []
 
 

@@ -12,14 +12,16 @@ from plugin_harness import Harness
 
 
 def test_stale_records_are_refused_never_resolved_and_reclaimed_when_pods_go(
-        bw_node: simnode.SimNode, short_tmp: Path) -> None:
+    bw_node: simnode.SimNode, short_tmp: Path
+) -> None:
     before = Harness(bw_node, short_tmp)
     before.admit("a")
     before.admit("b", "4g.31gb")
     stale = {r.pod_name: r for r in before.runtime.store.load()}
     token_a = stale["a"].device_ids[0]
-    subprocess.run([str(simnode.SIMNODE_PATH), "reboot", str(bw_node.root)], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(simnode.SIMNODE_PATH), "reboot", str(bw_node.root)], check=True, capture_output=True
+    )
 
     after = Harness(bw_node, short_tmp)
     after.kube = before.kube  # the same API server: the pods still exist
@@ -54,12 +56,16 @@ def test_stale_records_are_refused_never_resolved_and_reclaimed_when_pods_go(
     assert [r.pod_name for r in after.runtime.store.load()] == ["c"]
 
 
-def test_a_mode_change_is_picked_up_on_restart(bw_node: simnode.SimNode,
-                                               short_tmp: Path) -> None:
+def test_a_mode_change_is_picked_up_on_restart(bw_node: simnode.SimNode, short_tmp: Path) -> None:
     on = Harness(bw_node, short_tmp)
     assert on.counts()[FAMILY] == 32
-    result = subprocess.run([str(simnode.HY_SMI_PATH), "-mig", "0"], env=bw_node.env(),
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [str(simnode.HY_SMI_PATH), "-mig", "0"],
+        env=bw_node.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     # The running plugin keeps its resource set (the driver does not tell it)...
     assert on.runtime.resources[:2] == [WHOLE_CARD, FAMILY] and len(on.runtime.resources) == 5

@@ -33,7 +33,8 @@ def test_deleted_pod_is_reclaimed_ci_then_gi(harness: Harness) -> None:
 
 
 def test_succeeded_and_failed_pods_are_reclaimed_running_and_terminating_kept(
-        harness: Harness) -> None:
+    harness: Harness,
+) -> None:
     for name in ("ok", "bad", "running", "leaving"):
         harness.admit(name)
     harness.finish("ok", how="Succeeded")
@@ -47,7 +48,8 @@ def test_succeeded_and_failed_pods_are_reclaimed_running_and_terminating_kept(
 
 
 def test_grace_keeps_a_fresh_record_of_a_terminal_pod_but_not_of_a_deleted_one(
-        bw_node: simnode.SimNode, tmp_path: Path) -> None:
+    bw_node: simnode.SimNode, tmp_path: Path
+) -> None:
     harness = Harness(bw_node, tmp_path / "state", grace_seconds=3600.0)
     harness.admit("done")
     harness.admit("gone")
@@ -63,9 +65,16 @@ def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
     (instance,) = harness.node.instances()
     # The workload: dcu-probe --hold keeps the partition's files open, like a running process.
     holder = subprocess.Popen(
-        [str(simnode.PROBE_PATH), "--hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        env={**harness.sim.env(), "DMI_MIG_VISIBLE_DEVICE": response.envs[
-            "DMI_MIG_VISIBLE_DEVICE"], "HYDMI_PROBE_VIEW": str(harness.sim.root)}, text=True)
+        [str(simnode.PROBE_PATH), "--hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={
+            **harness.sim.env(),
+            "DMI_MIG_VISIBLE_DEVICE": response.envs["DMI_MIG_VISIBLE_DEVICE"],
+            "HYDMI_PROBE_VIEW": str(harness.sim.root),
+        },
+        text=True,
+    )
     try:
         assert holder.stdout is not None
         assert "kind=partition" in holder.stdout.readline()

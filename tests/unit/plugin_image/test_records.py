@@ -10,11 +10,23 @@ from hygon_dcu_plugin.records import Record, RecordStore
 
 
 def record(uuid: str = "0a0b0c0d-0000-4000-8000-000000000001") -> Record:
-    return Record(uuid=uuid, card_pci="0000:09:00.0", card_index=0, gpu_instance_id=3,
-                  compute_instance_id=0, profile="2g.15gb", placement_start=0, placement_size=1,
-                  conf_path="/etc/dmi_mig_config/ci/dev0gi3ci0.conf", namespace="ns",
-                  pod_name="p", pod_uid="u-1", containers=("main",),
-                  device_ids=("partition-000",), created_at=1.5)
+    return Record(
+        uuid=uuid,
+        card_pci="0000:09:00.0",
+        card_index=0,
+        gpu_instance_id=3,
+        compute_instance_id=0,
+        profile="2g.15gb",
+        placement_start=0,
+        placement_size=1,
+        conf_path="/etc/dmi_mig_config/ci/dev0gi3ci0.conf",
+        namespace="ns",
+        pod_name="p",
+        pod_uid="u-1",
+        containers=("main",),
+        device_ids=("partition-000",),
+        created_at=1.5,
+    )
 
 
 def test_round_trip_with_private_modes(tmp_path: Path) -> None:
@@ -48,8 +60,12 @@ def test_unparsable_records_are_reported_never_dropped(tmp_path: Path) -> None:
     loaded = store.load()
     assert loaded.records == [record()]
     reasons = {Path(p).name: why for p, why in loaded.unreadable}
-    assert set(reasons) == {"bad.json", "other.txt", "0a0b0c0d-0000-4000-8000-000000000003.json",
-                            "0a0b0c0d-0000-4000-8000-000000000004.json"}
+    assert set(reasons) == {
+        "bad.json",
+        "other.txt",
+        "0a0b0c0d-0000-4000-8000-000000000003.json",
+        "0a0b0c0d-0000-4000-8000-000000000004.json",
+    }
     assert "unknown schema 9" in reasons["0a0b0c0d-0000-4000-8000-000000000004.json"]
     assert "not its file name" in reasons["0a0b0c0d-0000-4000-8000-000000000003.json"]
 

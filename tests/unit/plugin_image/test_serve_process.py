@@ -36,22 +36,46 @@ def free_port() -> int:
 
 
 class Plugin:
-    def __init__(self, sim: simnode.SimNode, state: Path, api: FakeApiServer,
-                 kubelet: KubeletEmulator) -> None:
+    def __init__(
+        self, sim: simnode.SimNode, state: Path, api: FakeApiServer, kubelet: KubeletEmulator
+    ) -> None:
         self.port = free_port()
         self.argv = [
-            sys.executable, "-m", "hygon_dcu_plugin", "serve",
-            "--host-root", str(sim.root), "--answer-root", str(sim.root),
-            "--library-path", str(simnode.LIB_PATH),
-            "--device-plugin-dir", kubelet.plugin_dir,
-            "--pod-resources-socket", kubelet.pod_resources_socket,
-            "--records-dir", str(state / "records"), "--lock-dir", str(state / "locks"),
-            "--kubeconfig", str(api.kubeconfig(state / "kubeconfig")),
-            "--node-name", "node-1", "--grace-seconds", "0", "--resync-seconds", "0.3",
-            "--health-address", f"127.0.0.1:{self.port}",
+            sys.executable,
+            "-m",
+            "hygon_dcu_plugin",
+            "serve",
+            "--host-root",
+            str(sim.root),
+            "--answer-root",
+            str(sim.root),
+            "--library-path",
+            str(simnode.LIB_PATH),
+            "--device-plugin-dir",
+            kubelet.plugin_dir,
+            "--pod-resources-socket",
+            kubelet.pod_resources_socket,
+            "--records-dir",
+            str(state / "records"),
+            "--lock-dir",
+            str(state / "locks"),
+            "--kubeconfig",
+            str(api.kubeconfig(state / "kubeconfig")),
+            "--node-name",
+            "node-1",
+            "--grace-seconds",
+            "0",
+            "--resync-seconds",
+            "0.3",
+            "--health-address",
+            f"127.0.0.1:{self.port}",
         ]
-        self.env = {**sim.env(), "PYTHONPATH": os.pathsep.join(
-            [str(REPO / "plugin_image" / "src"), str(REPO / ".venv" / "collections")])}
+        self.env = {
+            **sim.env(),
+            "PYTHONPATH": os.pathsep.join(
+                [str(REPO / "plugin_image" / "src"), str(REPO / ".venv" / "collections")]
+            ),
+        }
         self.process: subprocess.Popen[str] | None = None
 
     def start(self, kill_at: str | None = None) -> None:
@@ -62,8 +86,7 @@ class Plugin:
 
     def get(self, path: str) -> tuple[int, str]:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
-                                        timeout=5) as reply:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as reply:
                 return reply.status, reply.read().decode()
         except OSError:
             return 0, ""
@@ -72,13 +95,14 @@ class Plugin:
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=30)
+        _ignored, err = self.process.communicate(timeout=30)
         return self.process.returncode, err
 
 
 @pytest.fixture
-def world(bw_node: simnode.SimNode, short_tmp: Path
-          ) -> Iterator[tuple[Plugin, KubeletEmulator, FakeApiServer]]:
+def world(
+    bw_node: simnode.SimNode, short_tmp: Path
+) -> Iterator[tuple[Plugin, KubeletEmulator, FakeApiServer]]:
     api = FakeApiServer()
     api.start()
     kubelet = KubeletEmulator(str(short_tmp / "dp"), str(short_tmp / "pr" / "kubelet.sock"))
@@ -96,7 +120,7 @@ def ready(kubelet: KubeletEmulator) -> bool:
     return counts.get(FAMILY) == 32 and counts.get(P2G) == 32
 
 
-def wait_until(predicate: object, timeout: float = 30.0) -> bool:
+def wait_until(predicate: object, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
@@ -106,7 +130,8 @@ def wait_until(predicate: object, timeout: float = 30.0) -> bool:
 
 
 def test_serve_registers_allocates_reports_and_stops(
-        world: tuple[Plugin, KubeletEmulator, FakeApiServer]) -> None:
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+) -> None:
     plugin, kubelet, api = world
     plugin.start()
     assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
@@ -114,16 +139,16 @@ def test_serve_registers_allocates_reports_and_stops(
     api.add_pod("team", "train", str(uuid.uuid4()), LIMITS)
     responses = kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
     assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
-    annotation = api.pods["team/train"]["metadata"]["annotations"][
-        "hygon.com/dcu.partition.main"]
+    annotation = api.pods["team/train"]["metadata"]["annotations"]["hygon.com/dcu.partition.main"]
     assert json.loads(annotation)["profile"] == "2g.15gb"
     assert api.list_calls >= 1  # the pods of the node, read through the real client
     status, text = plugin.get("/metrics")
     assert status == 200 and 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
     api.delete_pod("team", "train")
     kubelet.remove_pod("team", "train")
-    assert kubelet.wait_for(lambda: kubelet.counts().get("hygon.com/dcu.partitioned.mig-4g.31gb")
-                            == 16)
+    assert kubelet.wait_for(
+        lambda: kubelet.counts().get("hygon.com/dcu.partitioned.mig-4g.31gb") == 16
+    )
     code, err = plugin.stop()
     assert code == 0, err
     assert '"msg": "partition granted"' in err  # structured log lines
@@ -131,8 +156,8 @@ def test_serve_registers_allocates_reports_and_stops(
 
 @pytest.mark.parametrize("step", ["compute_instance_created", "record_written"])
 def test_killed_through_the_hook_then_restarted_converges(
-        world: tuple[Plugin, KubeletEmulator, FakeApiServer], bw_node: simnode.SimNode,
-        step: str) -> None:
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer], bw_node: simnode.SimNode, step: str
+) -> None:
     plugin, kubelet, api = world
     plugin.start(kill_at=step)
     assert kubelet.wait_for(lambda: ready(kubelet))

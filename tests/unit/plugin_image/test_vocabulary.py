@@ -12,14 +12,20 @@ def test_one_profile() -> None:
     assert requested_profile("c", {F: "1", F + ".mig-2g.15gb": "1"}) == "2g.15gb"
 
 
-@pytest.mark.parametrize(("limits", "reason", "text"), [
-    ({}, "bad_request", "must set limits hygon.com/dcu.partitioned: 1"),
-    ({F: "2", F + ".mig-2g.15gb": "1"}, "bad_request", "exactly one partition"),
-    ({F: "1"}, "no_profile", "add a limit hygon.com/dcu.partitioned.mig-<profile>: 1"),
-    ({F: "1", F + ".mig-2g.15gb": "1", F + ".mig-8g.63gb": "1"}, "two_profiles",
-     "request exactly one profile"),
-    ({F: "1", F + ".mig-2g.15gb": "2"}, "bad_request", "the quantity must be 1"),
-])
+@pytest.mark.parametrize(
+    ("limits", "reason", "text"),
+    [
+        ({}, "bad_request", "must set limits hygon.com/dcu.partitioned: 1"),
+        ({F: "2", F + ".mig-2g.15gb": "1"}, "bad_request", "exactly one partition"),
+        ({F: "1"}, "no_profile", "add a limit hygon.com/dcu.partitioned.mig-<profile>: 1"),
+        (
+            {F: "1", F + ".mig-2g.15gb": "1", F + ".mig-8g.63gb": "1"},
+            "two_profiles",
+            "request exactly one profile",
+        ),
+        ({F: "1", F + ".mig-2g.15gb": "2"}, "bad_request", "the quantity must be 1"),
+    ],
+)
 def test_refusals_name_the_fix(limits: dict[str, str], reason: str, text: str) -> None:
     with pytest.raises(RequestRefused) as refused:
         requested_profile("main", limits)

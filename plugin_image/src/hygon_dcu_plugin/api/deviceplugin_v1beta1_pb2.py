@@ -4,83 +4,151 @@
 # source: hygon_dcu_plugin/api/deviceplugin_v1beta1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
+
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC,
-    7,
-    35,
-    1,
-    '',
-    'hygon_dcu_plugin/api/deviceplugin_v1beta1.proto'
+    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "hygon_dcu_plugin/api/deviceplugin_v1beta1.proto"
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-
-
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/hygon_dcu_plugin/api/deviceplugin_v1beta1.proto\x12\x07v1beta1\"]\n\x13\x44\x65vicePluginOptions\x12\x1a\n\x12pre_start_required\x18\x01 \x01(\x08\x12*\n\"get_preferred_allocation_available\x18\x02 \x01(\x08\"z\n\x0fRegisterRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x02 \x01(\t\x12\x15\n\rresource_name\x18\x03 \x01(\t\x12-\n\x07options\x18\x04 \x01(\x0b\x32\x1c.v1beta1.DevicePluginOptions\"\x07\n\x05\x45mpty\"8\n\x14ListAndWatchResponse\x12 \n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x0f.v1beta1.Device\"0\n\x0cTopologyInfo\x12 \n\x05nodes\x18\x01 \x03(\x0b\x32\x11.v1beta1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"M\n\x06\x44\x65vice\x12\n\n\x02ID\x18\x01 \x01(\t\x12\x0e\n\x06health\x18\x02 \x01(\t\x12\'\n\x08topology\x18\x03 \x01(\x0b\x32\x15.v1beta1.TopologyInfo\"/\n\x18PreStartContainerRequest\x12\x13\n\x0b\x64\x65vices_ids\x18\x01 \x03(\t\"\x1b\n\x19PreStartContainerResponse\"f\n\x1aPreferredAllocationRequest\x12H\n\x12\x63ontainer_requests\x18\x01 \x03(\x0b\x32,.v1beta1.ContainerPreferredAllocationRequest\"{\n#ContainerPreferredAllocationRequest\x12\x1b\n\x13\x61vailable_deviceIDs\x18\x01 \x03(\t\x12\x1e\n\x16must_include_deviceIDs\x18\x02 \x03(\t\x12\x17\n\x0f\x61llocation_size\x18\x03 \x01(\x05\"i\n\x1bPreferredAllocationResponse\x12J\n\x13\x63ontainer_responses\x18\x01 \x03(\x0b\x32-.v1beta1.ContainerPreferredAllocationResponse\"9\n$ContainerPreferredAllocationResponse\x12\x11\n\tdeviceIDs\x18\x01 \x03(\t\"P\n\x0f\x41llocateRequest\x12=\n\x12\x63ontainer_requests\x18\x01 \x03(\x0b\x32!.v1beta1.ContainerAllocateRequest\"/\n\x18\x43ontainerAllocateRequest\x12\x13\n\x0b\x64\x65vices_ids\x18\x01 \x03(\t\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"S\n\x10\x41llocateResponse\x12?\n\x13\x63ontainer_responses\x18\x01 \x03(\x0b\x32\".v1beta1.ContainerAllocateResponse\"\xf1\x02\n\x19\x43ontainerAllocateResponse\x12:\n\x04\x65nvs\x18\x01 \x03(\x0b\x32,.v1beta1.ContainerAllocateResponse.EnvsEntry\x12\x1e\n\x06mounts\x18\x02 \x03(\x0b\x32\x0e.v1beta1.Mount\x12$\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x13.v1beta1.DeviceSpec\x12H\n\x0b\x61nnotations\x18\x04 \x03(\x0b\x32\x33.v1beta1.ContainerAllocateResponse.AnnotationsEntry\x12\'\n\x0b\x63\x64i_devices\x18\x05 \x03(\x0b\x32\x12.v1beta1.CDIDevice\x1a+\n\tEnvsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"E\n\x05Mount\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08\"L\n\nDeviceSpec\x12\x16\n\x0e\x63ontainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18\x02 \x01(\t\x12\x13\n\x0bpermissions\x18\x03 \x01(\t2F\n\x0cRegistration\x12\x36\n\x08Register\x12\x18.v1beta1.RegisterRequest\x1a\x0e.v1beta1.Empty\"\x00\x32\xa3\x03\n\x0c\x44\x65vicePlugin\x12H\n\x16GetDevicePluginOptions\x12\x0e.v1beta1.Empty\x1a\x1c.v1beta1.DevicePluginOptions\"\x00\x12\x41\n\x0cListAndWatch\x12\x0e.v1beta1.Empty\x1a\x1d.v1beta1.ListAndWatchResponse\"\x00\x30\x01\x12\x65\n\x16GetPreferredAllocation\x12#.v1beta1.PreferredAllocationRequest\x1a$.v1beta1.PreferredAllocationResponse\"\x00\x12\x41\n\x08\x41llocate\x12\x18.v1beta1.AllocateRequest\x1a\x19.v1beta1.AllocateResponse\"\x00\x12\\\n\x11PreStartContainer\x12!.v1beta1.PreStartContainerRequest\x1a\".v1beta1.PreStartContainerResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
+    b"\n/hygon_dcu_plugin/api/deviceplu"
+    b'gin_v1beta1.proto\x12\x07v1beta1"]\n\x13De'
+    b"vicePluginOptions\x12\x1a\n\x12pre_start_r"
+    b'equired\x18\x01 \x01(\x08\x12*\n"get_preferred_a'
+    b'llocation_available\x18\x02 \x01(\x08"z\n\x0fReg'
+    b"isterRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x10\n"
+    b"\x08endpoint\x18\x02 \x01(\t\x12\x15\n\rresource_name"
+    b"\x18\x03 \x01(\t\x12-\n\x07options\x18\x04 \x01(\x0b2\x1c.v1beta"
+    b'1.DevicePluginOptions"\x07\n\x05Empty"8'
+    b"\n\x14ListAndWatchResponse\x12 \n\x07device"
+    b's\x18\x01 \x03(\x0b2\x0f.v1beta1.Device"0\n\x0cTopo'
+    b"logyInfo\x12 \n\x05nodes\x18\x01 \x03(\x0b2\x11.v1beta"
+    b'1.NUMANode"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01'
+    b'(\x03"M\n\x06Device\x12\n\n\x02ID\x18\x01 \x01(\t\x12\x0e\n\x06heal'
+    b"th\x18\x02 \x01(\t\x12'\n\x08topology\x18\x03 \x01(\x0b2\x15.v1b"
+    b'eta1.TopologyInfo"/\n\x18PreStartCon'
+    b"tainerRequest\x12\x13\n\x0bdevices_ids\x18\x01 \x03"
+    b'(\t"\x1b\n\x19PreStartContainerResponse"'
+    b"f\n\x1aPreferredAllocationRequest\x12H\n"
+    b"\x12container_requests\x18\x01 \x03(\x0b2,.v1be"
+    b"ta1.ContainerPreferredAllocation"
+    b'Request"{\n#ContainerPreferredAll'
+    b"ocationRequest\x12\x1b\n\x13available_devi"
+    b"ceIDs\x18\x01 \x03(\t\x12\x1e\n\x16must_include_devi"
+    b"ceIDs\x18\x02 \x03(\t\x12\x17\n\x0fallocation_size\x18\x03"
+    b' \x01(\x05"i\n\x1bPreferredAllocationRespo'
+    b"nse\x12J\n\x13container_responses\x18\x01 \x03(\x0b"
+    b"2-.v1beta1.ContainerPreferredAll"
+    b'ocationResponse"9\n$ContainerPref'
+    b"erredAllocationResponse\x12\x11\n\tdevic"
+    b'eIDs\x18\x01 \x03(\t"P\n\x0fAllocateRequest\x12=\n'
+    b"\x12container_requests\x18\x01 \x03(\x0b2!.v1be"
+    b'ta1.ContainerAllocateRequest"/\n\x18'
+    b"ContainerAllocateRequest\x12\x13\n\x0bdevi"
+    b'ces_ids\x18\x01 \x03(\t"\x19\n\tCDIDevice\x12\x0c\n\x04na'
+    b'me\x18\x01 \x01(\t"S\n\x10AllocateResponse\x12?\n\x13'
+    b'container_responses\x18\x01 \x03(\x0b2".v1be'
+    b'ta1.ContainerAllocateResponse"\xf1\x02'
+    b"\n\x19ContainerAllocateResponse\x12:\n\x04e"
+    b"nvs\x18\x01 \x03(\x0b2,.v1beta1.ContainerAll"
+    b"ocateResponse.EnvsEntry\x12\x1e\n\x06mount"
+    b"s\x18\x02 \x03(\x0b2\x0e.v1beta1.Mount\x12$\n\x07devic"
+    b"es\x18\x03 \x03(\x0b2\x13.v1beta1.DeviceSpec\x12H\n"
+    b"\x0bannotations\x18\x04 \x03(\x0b23.v1beta1.Con"
+    b"tainerAllocateResponse.Annotatio"
+    b"nsEntry\x12'\n\x0bcdi_devices\x18\x05 \x03(\x0b2\x12.v"
+    b"1beta1.CDIDevice\x1a+\n\tEnvsEntry\x12\x0b\n"
+    b"\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x028\x01\x1a2\n"
+    b"\x10AnnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r"
+    b'\n\x05value\x18\x02 \x01(\t:\x028\x01"E\n\x05Mount\x12\x16\n\x0eco'
+    b"ntainer_path\x18\x01 \x01(\t\x12\x11\n\thost_path\x18"
+    b'\x02 \x01(\t\x12\x11\n\tread_only\x18\x03 \x01(\x08"L\n\nDevi'
+    b"ceSpec\x12\x16\n\x0econtainer_path\x18\x01 \x01(\t\x12\x11"
+    b"\n\thost_path\x18\x02 \x01(\t\x12\x13\n\x0bpermissions"
+    b"\x18\x03 \x01(\t2F\n\x0cRegistration\x126\n\x08Regist"
+    b"er\x12\x18.v1beta1.RegisterRequest\x1a\x0e.v"
+    b'1beta1.Empty"\x002\xa3\x03\n\x0cDevicePlugin\x12'
+    b"H\n\x16GetDevicePluginOptions\x12\x0e.v1be"
+    b"ta1.Empty\x1a\x1c.v1beta1.DevicePlugin"
+    b'Options"\x00\x12A\n\x0cListAndWatch\x12\x0e.v1be'
+    b"ta1.Empty\x1a\x1d.v1beta1.ListAndWatch"
+    b'Response"\x000\x01\x12e\n\x16GetPreferredAllo'
+    b"cation\x12#.v1beta1.PreferredAlloca"
+    b"tionRequest\x1a$.v1beta1.PreferredA"
+    b'llocationResponse"\x00\x12A\n\x08Allocate\x12'
+    b"\x18.v1beta1.AllocateRequest\x1a\x19.v1be"
+    b'ta1.AllocateResponse"\x00\x12\\\n\x11PreSta'
+    b"rtContainer\x12!.v1beta1.PreStartCo"
+    b'ntainerRequest\x1a".v1beta1.PreStar'
+    b'tContainerResponse"\x00b\x06proto3'
+)
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hygon_dcu_plugin.api.deviceplugin_v1beta1_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(
+    DESCRIPTOR, "hygon_dcu_plugin.api.deviceplugin_v1beta1_pb2", _globals
+)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._loaded_options = None
-  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_options = b'8\001'
-  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._loaded_options = None
-  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_options = b'8\001'
-  _globals['_DEVICEPLUGINOPTIONS']._serialized_start=60
-  _globals['_DEVICEPLUGINOPTIONS']._serialized_end=153
-  _globals['_REGISTERREQUEST']._serialized_start=155
-  _globals['_REGISTERREQUEST']._serialized_end=277
-  _globals['_EMPTY']._serialized_start=279
-  _globals['_EMPTY']._serialized_end=286
-  _globals['_LISTANDWATCHRESPONSE']._serialized_start=288
-  _globals['_LISTANDWATCHRESPONSE']._serialized_end=344
-  _globals['_TOPOLOGYINFO']._serialized_start=346
-  _globals['_TOPOLOGYINFO']._serialized_end=394
-  _globals['_NUMANODE']._serialized_start=396
-  _globals['_NUMANODE']._serialized_end=418
-  _globals['_DEVICE']._serialized_start=420
-  _globals['_DEVICE']._serialized_end=497
-  _globals['_PRESTARTCONTAINERREQUEST']._serialized_start=499
-  _globals['_PRESTARTCONTAINERREQUEST']._serialized_end=546
-  _globals['_PRESTARTCONTAINERRESPONSE']._serialized_start=548
-  _globals['_PRESTARTCONTAINERRESPONSE']._serialized_end=575
-  _globals['_PREFERREDALLOCATIONREQUEST']._serialized_start=577
-  _globals['_PREFERREDALLOCATIONREQUEST']._serialized_end=679
-  _globals['_CONTAINERPREFERREDALLOCATIONREQUEST']._serialized_start=681
-  _globals['_CONTAINERPREFERREDALLOCATIONREQUEST']._serialized_end=804
-  _globals['_PREFERREDALLOCATIONRESPONSE']._serialized_start=806
-  _globals['_PREFERREDALLOCATIONRESPONSE']._serialized_end=911
-  _globals['_CONTAINERPREFERREDALLOCATIONRESPONSE']._serialized_start=913
-  _globals['_CONTAINERPREFERREDALLOCATIONRESPONSE']._serialized_end=970
-  _globals['_ALLOCATEREQUEST']._serialized_start=972
-  _globals['_ALLOCATEREQUEST']._serialized_end=1052
-  _globals['_CONTAINERALLOCATEREQUEST']._serialized_start=1054
-  _globals['_CONTAINERALLOCATEREQUEST']._serialized_end=1101
-  _globals['_CDIDEVICE']._serialized_start=1103
-  _globals['_CDIDEVICE']._serialized_end=1128
-  _globals['_ALLOCATERESPONSE']._serialized_start=1130
-  _globals['_ALLOCATERESPONSE']._serialized_end=1213
-  _globals['_CONTAINERALLOCATERESPONSE']._serialized_start=1216
-  _globals['_CONTAINERALLOCATERESPONSE']._serialized_end=1585
-  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_start=1490
-  _globals['_CONTAINERALLOCATERESPONSE_ENVSENTRY']._serialized_end=1533
-  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_start=1535
-  _globals['_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY']._serialized_end=1585
-  _globals['_MOUNT']._serialized_start=1587
-  _globals['_MOUNT']._serialized_end=1656
-  _globals['_DEVICESPEC']._serialized_start=1658
-  _globals['_DEVICESPEC']._serialized_end=1734
-  _globals['_REGISTRATION']._serialized_start=1736
-  _globals['_REGISTRATION']._serialized_end=1806
-  _globals['_DEVICEPLUGIN']._serialized_start=1809
-  _globals['_DEVICEPLUGIN']._serialized_end=2228
+    DESCRIPTOR._loaded_options = None
+    _globals["_CONTAINERALLOCATERESPONSE_ENVSENTRY"]._loaded_options = None
+    _globals["_CONTAINERALLOCATERESPONSE_ENVSENTRY"]._serialized_options = b"8\001"
+    _globals["_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY"]._loaded_options = None
+    _globals["_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY"]._serialized_options = b"8\001"
+    _globals["_DEVICEPLUGINOPTIONS"]._serialized_start = 60
+    _globals["_DEVICEPLUGINOPTIONS"]._serialized_end = 153
+    _globals["_REGISTERREQUEST"]._serialized_start = 155
+    _globals["_REGISTERREQUEST"]._serialized_end = 277
+    _globals["_EMPTY"]._serialized_start = 279
+    _globals["_EMPTY"]._serialized_end = 286
+    _globals["_LISTANDWATCHRESPONSE"]._serialized_start = 288
+    _globals["_LISTANDWATCHRESPONSE"]._serialized_end = 344
+    _globals["_TOPOLOGYINFO"]._serialized_start = 346
+    _globals["_TOPOLOGYINFO"]._serialized_end = 394
+    _globals["_NUMANODE"]._serialized_start = 396
+    _globals["_NUMANODE"]._serialized_end = 418
+    _globals["_DEVICE"]._serialized_start = 420
+    _globals["_DEVICE"]._serialized_end = 497
+    _globals["_PRESTARTCONTAINERREQUEST"]._serialized_start = 499
+    _globals["_PRESTARTCONTAINERREQUEST"]._serialized_end = 546
+    _globals["_PRESTARTCONTAINERRESPONSE"]._serialized_start = 548
+    _globals["_PRESTARTCONTAINERRESPONSE"]._serialized_end = 575
+    _globals["_PREFERREDALLOCATIONREQUEST"]._serialized_start = 577
+    _globals["_PREFERREDALLOCATIONREQUEST"]._serialized_end = 679
+    _globals["_CONTAINERPREFERREDALLOCATIONREQUEST"]._serialized_start = 681
+    _globals["_CONTAINERPREFERREDALLOCATIONREQUEST"]._serialized_end = 804
+    _globals["_PREFERREDALLOCATIONRESPONSE"]._serialized_start = 806
+    _globals["_PREFERREDALLOCATIONRESPONSE"]._serialized_end = 911
+    _globals["_CONTAINERPREFERREDALLOCATIONRESPONSE"]._serialized_start = 913
+    _globals["_CONTAINERPREFERREDALLOCATIONRESPONSE"]._serialized_end = 970
+    _globals["_ALLOCATEREQUEST"]._serialized_start = 972
+    _globals["_ALLOCATEREQUEST"]._serialized_end = 1052
+    _globals["_CONTAINERALLOCATEREQUEST"]._serialized_start = 1054
+    _globals["_CONTAINERALLOCATEREQUEST"]._serialized_end = 1101
+    _globals["_CDIDEVICE"]._serialized_start = 1103
+    _globals["_CDIDEVICE"]._serialized_end = 1128
+    _globals["_ALLOCATERESPONSE"]._serialized_start = 1130
+    _globals["_ALLOCATERESPONSE"]._serialized_end = 1213
+    _globals["_CONTAINERALLOCATERESPONSE"]._serialized_start = 1216
+    _globals["_CONTAINERALLOCATERESPONSE"]._serialized_end = 1585
+    _globals["_CONTAINERALLOCATERESPONSE_ENVSENTRY"]._serialized_start = 1490
+    _globals["_CONTAINERALLOCATERESPONSE_ENVSENTRY"]._serialized_end = 1533
+    _globals["_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY"]._serialized_start = 1535
+    _globals["_CONTAINERALLOCATERESPONSE_ANNOTATIONSENTRY"]._serialized_end = 1585
+    _globals["_MOUNT"]._serialized_start = 1587
+    _globals["_MOUNT"]._serialized_end = 1656
+    _globals["_DEVICESPEC"]._serialized_start = 1658
+    _globals["_DEVICESPEC"]._serialized_end = 1734
+    _globals["_REGISTRATION"]._serialized_start = 1736
+    _globals["_REGISTRATION"]._serialized_end = 1806
+    _globals["_DEVICEPLUGIN"]._serialized_start = 1809
+    _globals["_DEVICEPLUGIN"]._serialized_end = 2228
 # @@protoc_insertion_point(module_scope)

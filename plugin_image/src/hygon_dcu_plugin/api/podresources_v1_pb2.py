@@ -4,63 +4,106 @@
 # source: hygon_dcu_plugin/api/podresources_v1.proto
 # Protobuf Python Version: 7.35.1
 """Generated protocol buffer code."""
+
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import descriptor_pool as _descriptor_pool
 from google.protobuf import runtime_version as _runtime_version
 from google.protobuf import symbol_database as _symbol_database
 from google.protobuf.internal import builder as _builder
+
 _runtime_version.ValidateProtobufRuntimeVersion(
-    _runtime_version.Domain.PUBLIC,
-    7,
-    35,
-    1,
-    '',
-    'hygon_dcu_plugin/api/podresources_v1.proto'
+    _runtime_version.Domain.PUBLIC, 7, 35, 1, "", "hygon_dcu_plugin/api/podresources_v1.proto"
 )
 # @@protoc_insertion_point(imports)
 
 _sym_db = _symbol_database.Default()
 
 
-
-
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*hygon_dcu_plugin/api/podresources_v1.proto\x12\x02v1\"\x1d\n\x1b\x41llocatableResourcesRequest\"{\n\x1c\x41llocatableResourcesResponse\x12%\n\x07\x64\x65vices\x18\x01 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x02 \x03(\x03\x12#\n\x06memory\x18\x03 \x03(\x0b\x32\x13.v1.ContainerMemory\"\x19\n\x17ListPodResourcesRequest\"C\n\x18ListPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x03(\x0b\x32\x10.v1.PodResources\"[\n\x0cPodResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n\ncontainers\x18\x03 \x03(\x0b\x32\x16.v1.ContainerResources\"\xaf\x01\n\x12\x43ontainerResources\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07\x64\x65vices\x18\x02 \x03(\x0b\x32\x14.v1.ContainerDevices\x12\x0f\n\x07\x63pu_ids\x18\x03 \x03(\x03\x12#\n\x06memory\x18\x04 \x03(\x0b\x32\x13.v1.ContainerMemory\x12.\n\x11\x64ynamic_resources\x18\x05 \x03(\x0b\x32\x13.v1.DynamicResource\"X\n\x0f\x43ontainerMemory\x12\x13\n\x0bmemory_type\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"+\n\x0cTopologyInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b\x32\x0c.v1.NUMANode\"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03\"a\n\x10\x43ontainerDevices\x12\x15\n\rresource_name\x18\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12\"\n\x08topology\x18\x03 \x01(\x0b\x32\x10.v1.TopologyInfo\"~\n\x0f\x44ynamicResource\x12\x12\n\nclass_name\x18\x01 \x01(\t\x12\x12\n\nclaim_name\x18\x02 \x01(\t\x12\x17\n\x0f\x63laim_namespace\x18\x03 \x01(\t\x12*\n\x0f\x63laim_resources\x18\x04 \x03(\x0b\x32\x11.v1.ClaimResource\"3\n\rClaimResource\x12\"\n\x0b\x63\x64i_devices\x18\x01 \x03(\x0b\x32\r.v1.CDIDevice\"\x19\n\tCDIDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\"A\n\x16GetPodResourcesRequest\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod_namespace\x18\x02 \x01(\t\"B\n\x17GetPodResourcesResponse\x12\'\n\rpod_resources\x18\x01 \x01(\x0b\x32\x10.v1.PodResources2\xfb\x01\n\x12PodResourcesLister\x12\x43\n\x04List\x12\x1b.v1.ListPodResourcesRequest\x1a\x1c.v1.ListPodResourcesResponse\"\x00\x12^\n\x17GetAllocatableResources\x12\x1f.v1.AllocatableResourcesRequest\x1a .v1.AllocatableResourcesResponse\"\x00\x12@\n\x03Get\x12\x1a.v1.GetPodResourcesRequest\x1a\x1b.v1.GetPodResourcesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(
+    b"\n*hygon_dcu_plugin/api/podresour"
+    b'ces_v1.proto\x12\x02v1"\x1d\n\x1bAllocatableR'
+    b'esourcesRequest"{\n\x1cAllocatableRe'
+    b"sourcesResponse\x12%\n\x07devices\x18\x01 \x03(\x0b"
+    b"2\x14.v1.ContainerDevices\x12\x0f\n\x07cpu_id"
+    b"s\x18\x02 \x03(\x03\x12#\n\x06memory\x18\x03 \x03(\x0b2\x13.v1.Con"
+    b'tainerMemory"\x19\n\x17ListPodResources'
+    b'Request"C\n\x18ListPodResourcesRespo'
+    b"nse\x12'\n\rpod_resources\x18\x01 \x03(\x0b2\x10.v1."
+    b'PodResources"[\n\x0cPodResources\x12\x0c\n\x04'
+    b"name\x18\x01 \x01(\t\x12\x11\n\tnamespace\x18\x02 \x01(\t\x12*\n"
+    b"\ncontainers\x18\x03 \x03(\x0b2\x16.v1.Container"
+    b'Resources"\xaf\x01\n\x12ContainerResources'
+    b"\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x07devices\x18\x02 \x03(\x0b2"
+    b"\x14.v1.ContainerDevices\x12\x0f\n\x07cpu_ids"
+    b"\x18\x03 \x03(\x03\x12#\n\x06memory\x18\x04 \x03(\x0b2\x13.v1.Cont"
+    b"ainerMemory\x12.\n\x11dynamic_resources"
+    b'\x18\x05 \x03(\x0b2\x13.v1.DynamicResource"X\n\x0fC'
+    b"ontainerMemory\x12\x13\n\x0bmemory_type\x18\x01 "
+    b'\x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x04\x12"\n\x08topology\x18\x03 '
+    b'\x01(\x0b2\x10.v1.TopologyInfo"+\n\x0cTopolog'
+    b"yInfo\x12\x1b\n\x05nodes\x18\x01 \x03(\x0b2\x0c.v1.NUMANo"
+    b'de"\x16\n\x08NUMANode\x12\n\n\x02ID\x18\x01 \x01(\x03"a\n\x10Co'
+    b"ntainerDevices\x12\x15\n\rresource_name\x18"
+    b'\x01 \x01(\t\x12\x12\n\ndevice_ids\x18\x02 \x03(\t\x12"\n\x08top'
+    b'ology\x18\x03 \x01(\x0b2\x10.v1.TopologyInfo"~\n'
+    b"\x0fDynamicResource\x12\x12\n\nclass_name\x18\x01"
+    b" \x01(\t\x12\x12\n\nclaim_name\x18\x02 \x01(\t\x12\x17\n\x0fclai"
+    b"m_namespace\x18\x03 \x01(\t\x12*\n\x0fclaim_resou"
+    b'rces\x18\x04 \x03(\x0b2\x11.v1.ClaimResource"3\n'
+    b'\rClaimResource\x12"\n\x0bcdi_devices\x18\x01 '
+    b'\x03(\x0b2\r.v1.CDIDevice"\x19\n\tCDIDevice\x12'
+    b'\x0c\n\x04name\x18\x01 \x01(\t"A\n\x16GetPodResources'
+    b"Request\x12\x10\n\x08pod_name\x18\x01 \x01(\t\x12\x15\n\rpod"
+    b'_namespace\x18\x02 \x01(\t"B\n\x17GetPodResour'
+    b"cesResponse\x12'\n\rpod_resources\x18\x01 \x01"
+    b"(\x0b2\x10.v1.PodResources2\xfb\x01\n\x12PodReso"
+    b"urcesLister\x12C\n\x04List\x12\x1b.v1.ListPod"
+    b"ResourcesRequest\x1a\x1c.v1.ListPodRes"
+    b'ourcesResponse"\x00\x12^\n\x17GetAllocatab'
+    b"leResources\x12\x1f.v1.AllocatableReso"
+    b"urcesRequest\x1a .v1.AllocatableRes"
+    b'ourcesResponse"\x00\x12@\n\x03Get\x12\x1a.v1.Get'
+    b"PodResourcesRequest\x1a\x1b.v1.GetPodR"
+    b'esourcesResponse"\x00b\x06proto3'
+)
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
-_builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hygon_dcu_plugin.api.podresources_v1_pb2', _globals)
+_builder.BuildTopDescriptorsAndMessages(
+    DESCRIPTOR, "hygon_dcu_plugin.api.podresources_v1_pb2", _globals
+)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_start=50
-  _globals['_ALLOCATABLERESOURCESREQUEST']._serialized_end=79
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_start=81
-  _globals['_ALLOCATABLERESOURCESRESPONSE']._serialized_end=204
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_start=206
-  _globals['_LISTPODRESOURCESREQUEST']._serialized_end=231
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_start=233
-  _globals['_LISTPODRESOURCESRESPONSE']._serialized_end=300
-  _globals['_PODRESOURCES']._serialized_start=302
-  _globals['_PODRESOURCES']._serialized_end=393
-  _globals['_CONTAINERRESOURCES']._serialized_start=396
-  _globals['_CONTAINERRESOURCES']._serialized_end=571
-  _globals['_CONTAINERMEMORY']._serialized_start=573
-  _globals['_CONTAINERMEMORY']._serialized_end=661
-  _globals['_TOPOLOGYINFO']._serialized_start=663
-  _globals['_TOPOLOGYINFO']._serialized_end=706
-  _globals['_NUMANODE']._serialized_start=708
-  _globals['_NUMANODE']._serialized_end=730
-  _globals['_CONTAINERDEVICES']._serialized_start=732
-  _globals['_CONTAINERDEVICES']._serialized_end=829
-  _globals['_DYNAMICRESOURCE']._serialized_start=831
-  _globals['_DYNAMICRESOURCE']._serialized_end=957
-  _globals['_CLAIMRESOURCE']._serialized_start=959
-  _globals['_CLAIMRESOURCE']._serialized_end=1010
-  _globals['_CDIDEVICE']._serialized_start=1012
-  _globals['_CDIDEVICE']._serialized_end=1037
-  _globals['_GETPODRESOURCESREQUEST']._serialized_start=1039
-  _globals['_GETPODRESOURCESREQUEST']._serialized_end=1104
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_start=1106
-  _globals['_GETPODRESOURCESRESPONSE']._serialized_end=1172
-  _globals['_PODRESOURCESLISTER']._serialized_start=1175
-  _globals['_PODRESOURCESLISTER']._serialized_end=1426
+    DESCRIPTOR._loaded_options = None
+    _globals["_ALLOCATABLERESOURCESREQUEST"]._serialized_start = 50
+    _globals["_ALLOCATABLERESOURCESREQUEST"]._serialized_end = 79
+    _globals["_ALLOCATABLERESOURCESRESPONSE"]._serialized_start = 81
+    _globals["_ALLOCATABLERESOURCESRESPONSE"]._serialized_end = 204
+    _globals["_LISTPODRESOURCESREQUEST"]._serialized_start = 206
+    _globals["_LISTPODRESOURCESREQUEST"]._serialized_end = 231
+    _globals["_LISTPODRESOURCESRESPONSE"]._serialized_start = 233
+    _globals["_LISTPODRESOURCESRESPONSE"]._serialized_end = 300
+    _globals["_PODRESOURCES"]._serialized_start = 302
+    _globals["_PODRESOURCES"]._serialized_end = 393
+    _globals["_CONTAINERRESOURCES"]._serialized_start = 396
+    _globals["_CONTAINERRESOURCES"]._serialized_end = 571
+    _globals["_CONTAINERMEMORY"]._serialized_start = 573
+    _globals["_CONTAINERMEMORY"]._serialized_end = 661
+    _globals["_TOPOLOGYINFO"]._serialized_start = 663
+    _globals["_TOPOLOGYINFO"]._serialized_end = 706
+    _globals["_NUMANODE"]._serialized_start = 708
+    _globals["_NUMANODE"]._serialized_end = 730
+    _globals["_CONTAINERDEVICES"]._serialized_start = 732
+    _globals["_CONTAINERDEVICES"]._serialized_end = 829
+    _globals["_DYNAMICRESOURCE"]._serialized_start = 831
+    _globals["_DYNAMICRESOURCE"]._serialized_end = 957
+    _globals["_CLAIMRESOURCE"]._serialized_start = 959
+    _globals["_CLAIMRESOURCE"]._serialized_end = 1010
+    _globals["_CDIDEVICE"]._serialized_start = 1012
+    _globals["_CDIDEVICE"]._serialized_end = 1037
+    _globals["_GETPODRESOURCESREQUEST"]._serialized_start = 1039
+    _globals["_GETPODRESOURCESREQUEST"]._serialized_end = 1104
+    _globals["_GETPODRESOURCESRESPONSE"]._serialized_start = 1106
+    _globals["_GETPODRESOURCESRESPONSE"]._serialized_end = 1172
+    _globals["_PODRESOURCESLISTER"]._serialized_start = 1175
+    _globals["_PODRESOURCESLISTER"]._serialized_end = 1426
 # @@protoc_insertion_point(module_scope)

@@ -64,6 +64,11 @@ def test_check_mode_predicts_the_change_and_leaves_the_node_alone(sim_node: simn
     assert real.returncode == 0, real.output
     assert real.changed == check.changed
     assert sim_node.status().mode == 1
+    # The set_stats summary (AWX job artifacts), printed with ANSIBLE_SHOW_CUSTOM_STATS.
+    stats = real.output.split("CUSTOM STATS:", 1)[1]
+    assert '"mode_before": "disabled"' in stats
+    assert '"mode_after": "enabled"' in stats
+    assert '"outcome": "changed"' in stats
     assert sim_node.registry_dir.is_dir()
 
     # The fleet playbook (entry point main, mode from the variable) now has nothing to do.
