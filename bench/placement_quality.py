@@ -179,17 +179,23 @@ def small_table(cells: Sequence[tuple[int, Cell]]) -> str:
 def verdicts(node: Sequence[Cell], small: Sequence[tuple[int, Cell]], ours: str) -> list[str]:
     lines = []
     behind = []
+    significant = []
     for cell in node:
         mean, se = paired_difference(cell.policies[ours], cell.policies[BASELINE])
         lines.append(f"  8-card {cell.model} {cell.mix}: {ours} - baseline = "
                      f"{100 * mean:+.3f} pts (s.e. {100 * se:.3f})")
         if mean < 0:
-            behind.append(f"{cell.model} {cell.mix}")
+            behind.append(f"{cell.model} {cell.mix} ({100 * mean:+.3f} pts)")
+            if mean < -2 * se:
+                significant.append(f"{cell.model} {cell.mix}")
     for cards, cell in small:
-        if cell.policies[ours].accepted < cell.policies[BASELINE].accepted:
-            behind.append(f"{cards}-card {cell.model} {cell.mix}")
+        ahead = cell.policies[ours].accepted - cell.policies[BASELINE].accepted
+        if ahead < 0:
+            behind.append(f"{cards}-card {cell.model} {cell.mix} ({ahead} requests)")
     verdict = "HOLDS" if not behind else "FAILS on " + ", ".join(behind)
     lines.insert(0, f"{ours} >= baseline on every mix: {verdict}")
+    lines.insert(1, "  8-card cells behind by more than 2 standard errors: "
+                 + (", ".join(significant) or "none"))
     to_opt = statistics.fmean(
         c.policies[ours].acceptance / c.references["optimum"].acceptance for _, c in small)
     to_bound = statistics.fmean(

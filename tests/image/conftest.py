@@ -27,16 +27,25 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def podman_env() -> dict[str, str]:
-    return {**os.environ, "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF",
-                                                           str(CONTAINERS_CONF))}
+    return {
+        **os.environ,
+        "CONTAINERS_CONF": os.environ.get("CONTAINERS_CONF", str(CONTAINERS_CONF)),
+    }
 
 
 def podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(["podman", *args], env=podman_env(), capture_output=True,
-                            text=True, check=False, timeout=600)
+    result = subprocess.run(
+        ["podman", *args],
+        env=podman_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     if check and result.returncode != 0:
-        raise AssertionError(f"podman {' '.join(args)}: {result.returncode}\n"
-                             f"{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"podman {' '.join(args)}: {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -50,6 +59,10 @@ def image() -> str:
     # costs seconds) rather than test an image made from other files.
     if os.environ.get("HYGON_DCU_TEST_IMAGE_BUILT") != IMAGE:
         base = os.environ.get("HYGON_DCU_BASE_IMAGE", "local")
-        subprocess.run([str(BUILD_SCRIPT), "--tag", IMAGE, "--base", base],
-                       env=podman_env(), check=True, timeout=1800)
+        subprocess.run(
+            [str(BUILD_SCRIPT), "--tag", IMAGE, "--base", base],
+            env=podman_env(),
+            check=True,
+            timeout=1800,
+        )
     return IMAGE

@@ -45,8 +45,9 @@ class FakeApiServer:
     stopping: threading.Event = field(default_factory=threading.Event)
     server: ThreadingHTTPServer | None = None
 
-    def add_pod(self, namespace: str, name: str, node: str,
-                containers: dict[str, dict[str, str]]) -> dict[str, Any]:
+    def add_pod(
+        self, namespace: str, name: str, node: str, containers: dict[str, dict[str, str]]
+    ) -> dict[str, Any]:
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -101,15 +102,26 @@ class FakeApiServer:
 
             def _pod_key(self, parts: list[str]) -> str | None:
                 # /api/v1/namespaces/NS/pods/NAME
-                if len(parts) == 6 and parts[:3] == ["api", "v1", "namespaces"] and \
-                        parts[4] == "pods":
+                if (
+                    len(parts) == 6
+                    and parts[:3] == ["api", "v1", "namespaces"]
+                    and parts[4] == "pods"
+                ):
                     return f"{parts[3]}/{parts[5]}"
                 return None
 
             def _not_found(self, what: str) -> None:
-                self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                 "reason": "NotFound", "code": 404,
-                                 "message": f"{what} not found"})
+                self._send(
+                    404,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "NotFound",
+                        "code": 404,
+                        "message": f"{what} not found",
+                    },
+                )
 
             def do_GET(self) -> None:
                 request, parts = self._record()
@@ -126,8 +138,15 @@ class FakeApiServer:
                         return
                     with api.lock:
                         items = list(api.pods.values())
-                    self._send(200, {"kind": "PodList", "apiVersion": "v1",
-                                     "metadata": {"resourceVersion": "1"}, "items": items})
+                    self._send(
+                        200,
+                        {
+                            "kind": "PodList",
+                            "apiVersion": "v1",
+                            "metadata": {"resourceVersion": "1"},
+                            "items": items,
+                        },
+                    )
                     return
                 key = self._pod_key(parts)
                 with api.lock:
@@ -138,7 +157,7 @@ class FakeApiServer:
                 self._send(200, pod)
 
             def do_PATCH(self) -> None:
-                _, parts = self._record()
+                parts = self._record()[1]
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
                 key = self._pod_key(parts)
                 with api.lock:
@@ -146,8 +165,15 @@ class FakeApiServer:
                     if pod is not None:
                         meta = body.get("metadata", {})
                         if meta.get("uid", pod["metadata"]["uid"]) != pod["metadata"]["uid"]:
-                            self._send(409, {"kind": "Status", "code": 409,
-                                             "reason": "Conflict", "message": "uid changed"})
+                            self._send(
+                                409,
+                                {
+                                    "kind": "Status",
+                                    "code": 409,
+                                    "reason": "Conflict",
+                                    "message": "uid changed",
+                                },
+                            )
                             return
                         pod["metadata"]["annotations"].update(meta.get("annotations", {}))
                 if pod is None:
@@ -167,11 +193,13 @@ class FakeApiServer:
             self.server.server_close()
 
     def kubeconfig(self, port: int) -> str:
-        return json.dumps({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-            "users": [{"name": "plugin", "user": {"token": "test"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "plugin"}}],
-            "current-context": "fake",
-        })
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+                "users": [{"name": "plugin", "user": {"token": "test"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "plugin"}}],
+                "current-context": "fake",
+            }
+        )

@@ -54,8 +54,18 @@ print(json.dumps(out))
 
 
 def test_node_layer_in_the_image_is_the_repository_s(image: str) -> None:
-    result = podman("run", "--rm", "--network", "none", "--entrypoint", "python3", image,
-                    "-c", HASH_TREE, MODULE_UTILS_IN_IMAGE)
+    result = podman(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python3",
+        image,
+        "-c",
+        HASH_TREE,
+        MODULE_UTILS_IN_IMAGE,
+    )
     in_image = json.loads(result.stdout)
     source = REPO / "plugins" / "module_utils"
     in_repo = {
@@ -68,9 +78,17 @@ def test_node_layer_in_the_image_is_the_repository_s(image: str) -> None:
 
 
 def test_node_layer_imports_under_its_collection_name(image: str) -> None:
-    result = podman("run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c",
-                    "import ansible_collections.hygon.dcu.plugins.module_utils.node as n; "
-                    "print(n.__file__)")
+    result = podman(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python3",
+        image,
+        "-c",
+        "import ansible_collections.hygon.dcu.plugins.module_utils.node as n; print(n.__file__)",
+    )
     assert result.stdout.strip().startswith(MODULE_UTILS_IN_IMAGE + "/")
 
 
@@ -88,7 +106,14 @@ def test_image_metadata(image: str) -> None:
 
 def test_image_holds_no_build_tooling_and_no_host_ca(image: str) -> None:
     result = podman(
-        "run", "--rm", "--network", "none", "--entrypoint", "sh", image, "-c",
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "sh",
+        image,
+        "-c",
         "ls /opt/hygon-dcu/venv/bin; ls /run/secrets 2>&1; "
         "ls /etc/ssl/certs/ca-certificates.crt 2>&1; command -v gcc || echo no-gcc",
     )
@@ -162,20 +187,40 @@ class Deployment:
         self.name = f"hygon-dcu-test-{uuid.uuid4().hex[:8]}"
         root = str(self.sim.root)
         podman(
-            "run", "--detach", "--name", self.name,
+            "run",
+            "--detach",
+            "--name",
+            self.name,
             # as the DaemonSet runs it
-            "--user", "0", "--privileged", "--read-only", "--tmpfs", "/tmp",
-            "--network", "host",  # the fake API server listens on the host's loopback
-            "--volume", f"{root}:{root}",
-            "--volume", f"{build}:{build}:ro",
-            "--volume", f"{plugin_dir}:{plugin_dir}",
-            "--volume", f"{pod_resources}:{pod_resources}:ro",
-            "--volume", f"{records}:{records}",
-            "--volume", f"{self.state / 'config.yaml'}:/etc/hygon-dcu/config.yaml:ro",
-            "--volume", f"{self.state / 'kubeconfig'}:/etc/hygon-dcu/kubeconfig:ro",
-            "--env", f"{simnode.ROOT_ENV}={root}",
-            "--env", "NODE_NAME=node-1",
-            image, "serve", "--config=/etc/hygon-dcu/config.yaml",
+            "--user",
+            "0",
+            "--privileged",
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "--network",
+            "host",  # the fake API server listens on the host's loopback
+            "--volume",
+            f"{root}:{root}",
+            "--volume",
+            f"{build}:{build}:ro",
+            "--volume",
+            f"{plugin_dir}:{plugin_dir}",
+            "--volume",
+            f"{pod_resources}:{pod_resources}:ro",
+            "--volume",
+            f"{records}:{records}",
+            "--volume",
+            f"{self.state / 'config.yaml'}:/etc/hygon-dcu/config.yaml:ro",
+            "--volume",
+            f"{self.state / 'kubeconfig'}:/etc/hygon-dcu/kubeconfig:ro",
+            "--env",
+            f"{simnode.ROOT_ENV}={root}",
+            "--env",
+            "NODE_NAME=node-1",
+            image,
+            "serve",
+            "--config=/etc/hygon-dcu/config.yaml",
         )
 
     def logs(self) -> str:
@@ -195,15 +240,19 @@ def deployment(image: str, short_dir: Path) -> Iterator[Deployment]:
     built.close()
 
 
-def test_container_registers_advertises_and_allocates(deployment: Deployment,
-                                                      tmp_path: Path) -> None:
+def test_container_registers_advertises_and_allocates(
+    deployment: Deployment, tmp_path: Path
+) -> None:
     kubelet = deployment.kubelet
     registered = kubelet.wait_for(
-        lambda: set(kubelet.endpoints) == set(IDLE)
-        and all(e.updates for e in kubelet.endpoints.values()), timeout=120)
+        lambda: (
+            set(kubelet.endpoints) == set(IDLE)
+            and all(e.updates for e in kubelet.endpoints.values())
+        ),
+        timeout=120,
+    )
     assert registered, deployment.logs()
-    assert kubelet.wait_for(lambda: kubelet.counts() == IDLE), (kubelet.counts(),
-                                                                 deployment.logs())
+    assert kubelet.wait_for(lambda: kubelet.counts() == IDLE), (kubelet.counts(), deployment.logs())
 
     deployment.api.add_pod("default", "w1", "node-1", {"main": {FAMILY: "1", P2G: "1"}})
     responses = kubelet.admit("default", "w1", "main", {FAMILY: 1, P2G: 1})
@@ -212,16 +261,37 @@ def test_container_registers_advertises_and_allocates(deployment: Deployment,
     assert visible.startswith("MIG-")
 
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({
-        "envs": dict(response.envs),
-        "mounts": [{"container_path": m.container_path, "host_path": m.host_path,
-                    "read_only": m.read_only} for m in response.mounts],
-        "devices": [{"container_path": d.container_path, "host_path": d.host_path,
-                     "permissions": d.permissions} for d in response.devices],
-    }))
+    spec.write_text(
+        json.dumps(
+            {
+                "envs": dict(response.envs),
+                "mounts": [
+                    {
+                        "container_path": m.container_path,
+                        "host_path": m.host_path,
+                        "read_only": m.read_only,
+                    }
+                    for m in response.mounts
+                ],
+                "devices": [
+                    {
+                        "container_path": d.container_path,
+                        "host_path": d.host_path,
+                        "permissions": d.permissions,
+                    }
+                    for d in response.devices
+                ],
+            }
+        )
+    )
     probe = subprocess.run(
         [sys.executable, str(simnode.MINIRUN_PATH), str(spec), "--", "dcu-probe"],
-        env=deployment.sim.env(), capture_output=True, text=True, check=False, timeout=60)
+        env=deployment.sim.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     assert probe.returncode == 0, probe.stderr
     lines = probe.stdout.splitlines()
     assert len(lines) == 1, lines

@@ -82,12 +82,12 @@ def test_renewal_keeps_trusting_the_previous_ca(render_dir: Path) -> None:
     }
     first = run_role(render_dir, **options)
     assert first.returncode == 0, first.output
-    first_cert, (first_ca,), _ = _tls(first)
+    first_cert, (first_ca,), _first_key = _tls(first)
 
     second = run_role(render_dir, **options)
     assert second.returncode == 0, second.output
     assert second.changed and second.changed > 0
-    cert, cas, _ = _tls(second)
+    cert, cas, _key = _tls(second)
     assert cert.serial_number != first_cert.serial_number
     cert.verify_directly_issued_by(cas[0])
     # pods may still serve the old certificate for a while: the old CA stays trusted
@@ -146,7 +146,7 @@ def test_supplied_certificate_is_used_as_given(render_dir: Path) -> None:
 
 
 def test_partial_certificate_is_refused(render_dir: Path) -> None:
-    cert, _, _ = _make_certificate()
+    cert = _make_certificate()[0]
     run = run_role(render_dir, hygon_dcu_device_plugin_webhook_tls_cert=cert)
     assert run.returncode != 0
     assert "go together: set all three" in run.output
