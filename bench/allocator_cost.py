@@ -28,9 +28,9 @@ MODEL = "c3000-bw"
 @dataclass(frozen=True)
 class Scale:
     callers: tuple[int, ...]
-    rounds: int            # each round fills the node with the narrowest profile, then reclaims
+    rounds: int  # each round fills the node with the narrowest profile, then reclaims
     records: tuple[int, ...]
-    passes: int            # steady passes timed per record count (median reported)
+    passes: int  # steady passes timed per record count (median reported)
     watch_rounds: int
     cards: int = 8
 
@@ -53,12 +53,13 @@ def ms(seconds: float) -> str:
 # Allocate latency -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sample:
-    latency: float        # at the caller (the kubelet's side of the RPC)
-    cost: CallCost        # inside the plugin
+    latency: float  # at the caller (the kubelet's side of the RPC)
+    cost: CallCost  # inside the plugin
 
 
-def _round(stack: PluginStack, ledger: Ledger, callers: int, profile: str,
-           fill: int) -> tuple[list[Sample], float]:
+def _round(
+    stack: PluginStack, ledger: Ledger, callers: int, profile: str, fill: int
+) -> tuple[list[Sample], float]:
     tokens = stack.free_tokens(fill)
     latencies: dict[str, float] = {}
 
@@ -91,22 +92,33 @@ def allocate_latency(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
     for callers in scale.callers:
         samples: list[Sample] = []
         walls = 0.0
-        for _ in range(scale.rounds):
+        for _ignored in range(scale.rounds):
             got, wall = _round(stack, ledger, callers, profile, fill)
             samples += got
             walls += wall
         latencies = [s.latency for s in samples]
         p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
         base_p50 = base_p50 or p50
-        rows.append([callers, len(samples), ms(p50), ms(p99), f"{len(samples) / walls:.1f}",
-                     f"{p50 / base_p50:.2f}"])
+        rows.append(
+            [
+                callers,
+                len(samples),
+                ms(p50),
+                ms(p99),
+                f"{len(samples) / walls:.1f}",
+                f"{p50 / base_p50:.2f}",
+            ]
+        )
         tails.append((callers, p99, [s for s in samples if s.latency >= p99]))
-    out = [f"Allocate ({MODEL}, {stack.cards} cards, profile {profile}: each round carves {fill} partitions "
-           f"= a full node, then one reclaim pass empties it; {scale.rounds} round(s) per row)",
-           table(["callers", "calls", "p50 ms", "p99 ms", "calls/s", "p50 / 1 caller"], rows),
-           "",
-           "where the slowest 1% of calls spent their time (mean over calls at or above p99):",
-           _breakdown(tails)]
+    out = [
+        f"Allocate ({MODEL}, {stack.cards} cards, profile {profile}: each round carves "
+        f"{fill} partitions = a full node, then one reclaim pass empties it; "
+        f"{scale.rounds} round(s) per row)",
+        table(["callers", "calls", "p50 ms", "p99 ms", "calls/s", "p50 / 1 caller"], rows),
+        "",
+        "where the slowest 1% of calls spent their time (mean over calls at or above p99):",
+        _breakdown(tails),
+    ]
     return "\n".join(out)
 
 
@@ -123,14 +135,39 @@ def _breakdown(tails: list[tuple[int, float, list[Sample]]]) -> str:
         transport = max(0.0, latency - server)
         calls = statistics.fmean(s.cost.library_calls for s in slow)
         service = server - wait
-        rows.append([callers, ms(p99), ms(latency), pct(library / latency, 1),
-                     pct(wait / latency, 1), pct(kubelet / latency, 1),
-                     pct(refresh / latency, 1), pct(ours / latency, 1),
-                     pct(transport / latency, 1), pct(1 - library / latency, 1),
-                     pct((service - library) / service if service else 0.0, 1), f"{calls:.0f}"])
-    return table(["callers", "p99 ms", "mean ms", "library", "node-lock wait", "kubelet List",
-                  "counts refresh", "our code", "gRPC", "outside library", "ours of service",
-                  "lib calls"], rows)
+        rows.append(
+            [
+                callers,
+                ms(p99),
+                ms(latency),
+                pct(library / latency, 1),
+                pct(wait / latency, 1),
+                pct(kubelet / latency, 1),
+                pct(refresh / latency, 1),
+                pct(ours / latency, 1),
+                pct(transport / latency, 1),
+                pct(1 - library / latency, 1),
+                pct((service - library) / service if service else 0.0, 1),
+                f"{calls:.0f}",
+            ]
+        )
+    return table(
+        [
+            "callers",
+            "p99 ms",
+            "mean ms",
+            "library",
+            "node-lock wait",
+            "kubelet List",
+            "counts refresh",
+            "our code",
+            "gRPC",
+            "outside library",
+            "ours of service",
+            "lib calls",
+        ],
+        rows,
+    )
 
 
 # reclaim ----------------------------------------------------------------------------------
@@ -140,15 +177,28 @@ def _synthetic_records(stack: PluginStack, count: int, profile: str) -> None:
     cards = [c for c in stack.node.cards() if c.pci]
     for i in range(count):
         card = cards[i % len(cards)]
-        pod = stack.kube.add_pod(NAMESPACE, f"synthetic-{i:05d}",
-                                 {"main": {FAMILY: "1", profile_resource(profile): "1"}})
-        stack.runtime.store.write(Record(
-            uuid=str(uuid.uuid4()), card_pci=card.pci or "", card_index=card.index,
-            gpu_instance_id=10_000 + i, compute_instance_id=0, profile=profile,
-            placement_start=0, placement_size=1,
-            conf_path=f"/etc/dmi_mig_config/ci/dev{card.index}gi{10_000 + i}ci0.conf",
-            namespace=NAMESPACE, pod_name=pod.name, pod_uid=pod.uid, containers=("main",),
-            device_ids=(f"synthetic-{i:05d}",), created_at=time.time()))
+        pod = stack.kube.add_pod(
+            NAMESPACE, f"synthetic-{i:05d}", {"main": {FAMILY: "1", profile_resource(profile): "1"}}
+        )
+        stack.runtime.store.write(
+            Record(
+                uuid=str(uuid.uuid4()),
+                card_pci=card.pci or "",
+                card_index=card.index,
+                gpu_instance_id=10_000 + i,
+                compute_instance_id=0,
+                profile=profile,
+                placement_start=0,
+                placement_size=1,
+                conf_path=f"/etc/dmi_mig_config/ci/dev{card.index}gi{10_000 + i}ci0.conf",
+                namespace=NAMESPACE,
+                pod_name=pod.name,
+                pod_uid=pod.uid,
+                containers=("main",),
+                device_ids=(f"synthetic-{i:05d}",),
+                created_at=time.time(),
+            )
+        )
 
 
 def reclaim_cost(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
@@ -163,7 +213,7 @@ def reclaim_cost(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
             stack.allocate(token)
         _synthetic_records(stack, count - live, profile)
         ledger.clear()
-        for _ in range(scale.passes):
+        for _ignored in range(scale.passes):
             report = stack.runtime.reclaimer.run_pass()
             if report.destroyed or report.orphans or report.stale or report.errors:
                 raise RuntimeError(f"a steady pass changed something: {report}")
@@ -179,30 +229,55 @@ def reclaim_cost(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
             raise RuntimeError(f"teardown pass did not reclaim everything: {report}")
         stack.wait_counts(stack.idle)
         base = base or (steady_cost.total, teardown.total)
-        rows.append([count, live, ms(steady_cost.total), pct(steady_cost.library
-                     / steady_cost.total, 0), f"{steady_cost.total / base[0]:.1f}",
-                     ms(teardown.total), f"{len(report.destroyed)}+{len(report.stale)}",
-                     pct(teardown.library / teardown.total, 0),
-                     f"{teardown.total / base[1]:.1f}"])
-    return "\n".join([
-        f"reclaim pass ({MODEL}, {stack.cards} cards; records beyond the node's {capacity} live partitions are "
-        "synthetic records of running pods that own no instance)",
-        table(["records", "live", "steady ms", "library", "x smallest", "teardown ms",
-               "destroyed+stale", "library", "x smallest"], rows),
-        "steady = every pod running (median of the timed passes); teardown = every pod deleted",
-    ])
+        rows.append(
+            [
+                count,
+                live,
+                ms(steady_cost.total),
+                pct(steady_cost.library / steady_cost.total, 0),
+                f"{steady_cost.total / base[0]:.1f}",
+                ms(teardown.total),
+                f"{len(report.destroyed)}+{len(report.stale)}",
+                pct(teardown.library / teardown.total, 0),
+                f"{teardown.total / base[1]:.1f}",
+            ]
+        )
+    return "\n".join(
+        [
+            f"reclaim pass ({MODEL}, {stack.cards} cards; records beyond the node's "
+            f"{capacity} live partitions are synthetic records of running pods that own "
+            "no instance)",
+            table(
+                [
+                    "records",
+                    "live",
+                    "steady ms",
+                    "library",
+                    "x smallest",
+                    "teardown ms",
+                    "destroyed+stale",
+                    "library",
+                    "x smallest",
+                ],
+                rows,
+            ),
+            "steady = every pod running (median of the timed passes); teardown = every pod deleted",
+        ]
+    )
 
 
 # ListAndWatch -----------------------------------------------------------------------------
-def _delay_after(stack: PluginStack, ledger: Ledger, what: str, since: int,
-                 resource: str, before: int) -> float:
+def _delay_after(
+    stack: PluginStack, ledger: Ledger, what: str, since: int, resource: str, before: int
+) -> float:
     """Seconds from the last `what` change to the first ListAndWatch message that shows
     the resource's count different from `before`."""
     stack.kubelet.wait_for(lambda: stack.kubelet.counts().get(resource) != before, timeout=30)
     changed = [t for kind, t in ledger.changes[since:] if kind == what]
     with stack.kubelet.lock:
-        arrival = next(t for t, counts in stack.updates
-                       if t >= changed[-1] and counts.get(resource) != before)
+        arrival = next(
+            t for t, counts in stack.updates if t >= changed[-1] and counts.get(resource) != before
+        )
     return arrival - changed[-1]
 
 
@@ -211,7 +286,7 @@ def watch_delay(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
     after_destroy: list[float] = []
     widest = stack.profiles[-1][0]
     narrowest = profile_resource(stack.profiles[0][0])
-    for _ in range(scale.watch_rounds):
+    for _ignored in range(scale.watch_rounds):
         pods = []
         for token in stack.free_tokens(stack.idle[profile_resource(widest)]):
             since, before = len(ledger.changes), stack.kubelet.counts()[narrowest]
@@ -223,22 +298,30 @@ def watch_delay(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
             stack.kube.delete_pod(pod.namespace, pod.name)
             stack.kubelet.remove_pod(pod.namespace, pod.name)
             stack.runtime.reclaimer.run_pass()
-            after_destroy.append(_delay_after(stack, ledger, "destroy", since, narrowest,
-                                              before))
-    rows = [[name, len(values), ms(percentile(values, 50)), ms(max(values))]
-            for name, values in (("create -> count update", after_create),
-                                 ("destroy -> count update", after_destroy))]
-    return "\n".join([
-        f"ListAndWatch delay ({MODEL}: one {widest} partition at a time; time from the "
-        "library call returning to the kubelet receiving the changed count)",
-        table(["change", "samples", "p50 ms", "max ms"], rows),
-    ])
+            after_destroy.append(_delay_after(stack, ledger, "destroy", since, narrowest, before))
+    rows = [
+        [name, len(values), ms(percentile(values, 50)), ms(max(values))]
+        for name, values in (
+            ("create -> count update", after_create),
+            ("destroy -> count update", after_destroy),
+        )
+    ]
+    return "\n".join(
+        [
+            f"ListAndWatch delay ({MODEL}: one {widest} partition at a time; time from the "
+            "library call returning to the kubelet receiving the changed count)",
+            table(["change", "samples", "p50 ms", "max ms"], rows),
+        ]
+    )
 
 
 def run(quick: bool = False, scale: Scale | None = None) -> str:
     scale = scale or (QUICK if quick else FULL)
     ledger = Ledger()
     with ledger.installed(), PluginStack(MODEL, scale.cards) as stack:
-        parts = [allocate_latency(stack, ledger, scale), reclaim_cost(stack, ledger, scale),
-                 watch_delay(stack, ledger, scale)]
+        parts = [
+            allocate_latency(stack, ledger, scale),
+            reclaim_cost(stack, ledger, scale),
+            watch_delay(stack, ledger, scale),
+        ]
     return "\n\n".join(["== allocator cost ==", *parts])

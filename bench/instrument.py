@@ -30,10 +30,10 @@ class CallCost:
     """Where one server-side call spent its time (seconds)."""
 
     total: float
-    library: float      # inside HydmiLibrary.call (the vendor library, here the simulator)
+    library: float  # inside HydmiLibrary.call (the vendor library, here the simulator)
     library_calls: int
-    lock_wait: float    # waiting for the node lock (other Allocates ahead in the queue)
-    kubelet: float      # PodResources List round trips to the kubelet
+    lock_wait: float  # waiting for the node lock (other Allocates ahead in the queue)
+    kubelet: float  # PodResources List round trips to the kubelet
     # Recomputing the advertised counts after the change (Runtime.refresh), including waiting
     # for another thread's refresh, minus the library and kubelet time inside it.
     refresh: float = 0.0
@@ -67,8 +67,14 @@ class Ledger:
         self._local.library_calls = 0
 
     def _cost(self, total: float) -> CallCost:
-        return CallCost(total, self._local.library, self._local.library_calls,
-                        self._local.lock_wait, self._local.kubelet, self._local.refresh)
+        return CallCost(
+            total,
+            self._local.library,
+            self._local.library_calls,
+            self._local.lock_wait,
+            self._local.kubelet,
+            self._local.refresh,
+        )
 
     def clear(self) -> None:
         with self._lock:
@@ -95,6 +101,7 @@ class Ledger:
                 finally:
                     ledger._local.library += time.perf_counter() - started
                     ledger._local.library_calls += 1
+
             return call
 
         def timed_list(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,6 +111,7 @@ class Ledger:
                     return original(self)
                 finally:
                     ledger._local.kubelet += time.perf_counter() - started
+
             return listing
 
         def timed_node_lock(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,6 +121,7 @@ class Ledger:
                 with original(self):
                     ledger._local.lock_wait += time.perf_counter() - started
                     yield
+
             return node
 
         def changed(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -122,7 +131,9 @@ class Ledger:
                     with ledger._lock:
                         ledger.changes.append((what, time.perf_counter()))
                     return result
+
                 return run
+
             return wrap
 
         def timed_refresh(original: Callable[..., None]) -> Callable[..., None]:
@@ -135,6 +146,7 @@ class Ledger:
                 finally:
                     spent = time.perf_counter() - started
                     local.refresh += spent - (local.library + local.kubelet - inner)
+
             return refresh
 
         def measured(
@@ -150,7 +162,9 @@ class Ledger:
                         cost = ledger._cost(time.perf_counter() - started)
                         with ledger._lock:
                             into.append((args, cost))
+
                 return run
+
             return wrap
 
         patch(HydmiLibrary, "call", timed_library)

@@ -37,8 +37,13 @@ class SearchTooLarge(Exception):
     """The exact search would visit more states than allowed."""
 
 
-def exact(card: CardModel, cards: int, requests: Sequence[Request], forced: bool = True,
-          max_states: int = 2_000_000) -> int:
+def exact(
+    card: CardModel,
+    cards: int,
+    requests: Sequence[Request],
+    forced: bool = True,
+    max_states: int = 2_000_000,
+) -> int:
     """Most requests any clairvoyant placement can accept on this stream.
 
     Memoised search over node states. Cards are interchangeable, and so are layouts that a
@@ -59,8 +64,12 @@ def exact(card: CardModel, cards: int, requests: Sequence[Request], forced: bool
             return 0
         request = ordered[k]
         gone = bisect.bisect_right(departs, request.arrive)
-        state = tuple(sorted(
-            (canonical(frozenset(i for i in live if i[2] >= gone)) for live in state), key=sorted))
+        state = tuple(
+            sorted(
+                (canonical(frozenset(i for i in live if i[2] >= gone)) for live in state),
+                key=sorted,
+            )
+        )
         key = (k, state)
         if key in memo:
             return memo[key]
@@ -73,10 +82,10 @@ def exact(card: CardModel, cards: int, requests: Sequence[Request], forced: bool
             if live in seen:  # identical cards give identical futures
                 continue
             seen.add(live)
-            occupied = occupied_by((s, n) for s, n, _ in live)
+            occupied = occupied_by((s, n) for s, n, _ignored in live)
             for p in free_placements(profile, occupied):
                 placed = live | {(p.start, p.size, rank[request.depart])}
-                nxt = (*state[:index], placed, *state[index + 1:])
+                nxt = (*state[:index], placed, *state[index + 1 :])
                 value = max(value, 1 + best(k + 1, nxt))
         if value < 0 or not forced:
             value = max(value, best(k + 1, state))
@@ -84,7 +93,7 @@ def exact(card: CardModel, cards: int, requests: Sequence[Request], forced: bool
         return value
 
     empty: CardState = frozenset()
-    return best(0, tuple(empty for _ in range(cards)))
+    return best(0, tuple(empty for _ignored in range(cards)))
 
 
 @functools.cache
@@ -94,12 +103,16 @@ def _symmetries(card: CardModel) -> tuple[tuple[int, ...], ...]:
     n = card.slice_count
     if n > 8:
         return (tuple(range(n)),)
-    tables = [frozenset(frozenset(range(q.start, q.start + q.size)) for q in p.placements)
-              for p in card.profiles]
+    tables = [
+        frozenset(frozenset(range(q.start, q.start + q.size)) for q in p.placements)
+        for p in card.profiles
+    ]
     found = []
     for perm in itertools.permutations(range(n)):
-        if all(frozenset(frozenset(perm[i] for i in block) for block in table) == table
-               for table in tables):
+        if all(
+            frozenset(frozenset(perm[i] for i in block) for block in table) == table
+            for table in tables
+        ):
             found.append(perm)
     return tuple(found)
 
@@ -133,7 +146,7 @@ class _MinCostFlow:
     so the first potentials come from one pass in index order despite negative costs."""
 
     def __init__(self, nodes: int) -> None:
-        self.arcs: list[list[list[int]]] = [[] for _ in range(nodes)]  # to, cap, cost, rev
+        self.arcs: list[list[list[int]]] = [[] for _ignored in range(nodes)]  # to, cap, cost, rev
 
     def add(self, u: int, v: int, cap: int, cost: int) -> None:
         self.arcs[u].append([v, cap, cost, len(self.arcs[v])])
@@ -147,7 +160,7 @@ class _MinCostFlow:
         for u in range(n):
             if potential[u] == inf:
                 continue
-            for v, cap, cost, _ in self.arcs[u]:
+            for v, cap, cost, _ignored in self.arcs[u]:
                 if cap > 0 and v > u and potential[u] + cost < potential[v]:
                     potential[v] = potential[u] + cost
         total = 0
@@ -160,7 +173,7 @@ class _MinCostFlow:
                 d, u = heapq.heappop(heap)
                 if d > dist[u]:
                     continue
-                for j, (v, cap, cost, _) in enumerate(self.arcs[u]):
+                for j, (v, cap, cost, _ignored) in enumerate(self.arcs[u]):
                     if cap <= 0 or potential[v] == inf:
                         continue
                     nd = d + cost + potential[u] - potential[v]
@@ -214,8 +227,11 @@ def _card_layouts(card: CardModel) -> tuple[tuple[int, ...], ...]:
             counts[profile] -= 1
 
     grow(0, frozenset(), [0] * len(names))
-    maximal = [c for c in found
-               if not any(o != c and all(a >= b for a, b in zip(o, c, strict=True)) for o in found)]
+    maximal = [
+        c
+        for c in found
+        if not any(o != c and all(a >= b for a, b in zip(o, c, strict=True)) for o in found)
+    ]
     return tuple(sorted(maximal))
 
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from . import optimum
 from .policies import BASELINE, OURS, POLICIES, Policy
-from .proposed_policy import LEAST_DAMAGE, least_damage
 from .replay import Outcome, replay
 from .report import pct, ratio, table
 from .tables import CardModel, discover
@@ -31,17 +30,15 @@ MODELS = ("c3000-bw", "hypo-x8")
 @dataclass(frozen=True)
 class Scale:
     load: float
-    node_streams: int      # streams per (model, mix) on the 8-card node
+    node_streams: int  # streams per (model, mix) on the 8-card node
     node_requests: int
     small: tuple[tuple[int, int, int], ...]  # (cards, streams, requests) for exact search
 
 
-FULL = Scale(load=1.0, node_streams=10, node_requests=1500,
-             small=((1, 30, 14), (2, 20, 10)))
+FULL = Scale(load=1.0, node_streams=10, node_requests=1500, small=((1, 30, 14), (2, 20, 10)))
 # A stream whose exact search needs more states than this is left out (and counted as skipped).
 MAX_STATES = 300_000
-QUICK = Scale(load=1.0, node_streams=1, node_requests=200,
-              small=((1, 4, 10), (2, 2, 8)))
+QUICK = Scale(load=1.0, node_streams=1, node_requests=200, small=((1, 4, 10), (2, 2, 8)))
 
 
 @dataclass
@@ -97,8 +94,9 @@ def paired_difference(a: Tally, b: Tally) -> tuple[float, float]:
     return mean, se
 
 
-def _streams(card: CardModel, cards: int, mix: str, load: float, count: int,
-             requests: int) -> Iterable[list[Request]]:
+def _streams(
+    card: CardModel, cards: int, mix: str, load: float, count: int, requests: int
+) -> Iterable[list[Request]]:
     for replica in range(count):
         yield stream(card, cards, mix, load, requests, seed_for(card.model, cards, mix, replica))
 
@@ -109,16 +107,23 @@ def node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
         card = discover(model)
         for mix in MIXES:
             progress(f"8 cards {model} {mix}")
-            cell = Cell(model, mix, {name: Tally() for name in policies},
-                        {"repacking (ref.)": Tally(), "LP bound": Tally()})
-            for requests in _streams(card, 8, mix, scale.load, scale.node_streams,
-                                     scale.node_requests):
+            cell = Cell(
+                model,
+                mix,
+                {name: Tally() for name in policies},
+                {"repacking (ref.)": Tally(), "LP bound": Tally()},
+            )
+            for requests in _streams(
+                card, 8, mix, scale.load, scale.node_streams, scale.node_requests
+            ):
                 for name, policy in policies.items():
                     cell.policies[name].add(replay(card, 8, requests, policy))
                 cell.references["repacking (ref.)"].add_count(
-                    len(requests), optimum.repacking_acceptance(card, 8, requests))
+                    len(requests), optimum.repacking_acceptance(card, 8, requests)
+                )
                 cell.references["LP bound"].add_count(
-                    len(requests), optimum.lp_bound(card, 8, requests))
+                    len(requests), optimum.lp_bound(card, 8, requests)
+                )
             cells.append(cell)
     return cells
 
@@ -130,12 +135,17 @@ def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Ce
             card = discover(model)
             for mix in MIXES:
                 progress(f"{cards} card(s) {model} {mix}")
-                cell = Cell(model, mix, {name: Tally() for name in policies},
-                            {"optimum": Tally(), "LP bound": Tally()})
+                cell = Cell(
+                    model,
+                    mix,
+                    {name: Tally() for name in policies},
+                    {"optimum": Tally(), "LP bound": Tally()},
+                )
                 for requests in _streams(card, cards, mix, scale.load, count, size):
                     try:
-                        best = optimum.exact(card, cards, requests, forced=True,
-                                             max_states=MAX_STATES)
+                        best = optimum.exact(
+                            card, cards, requests, forced=True, max_states=MAX_STATES
+                        )
                     except optimum.SearchTooLarge:
                         cell.skipped += 1  # left out for every policy alike
                         continue
@@ -143,7 +153,8 @@ def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Ce
                         cell.policies[name].add(replay(card, cards, requests, policy))
                     cell.references["optimum"].add_count(len(requests), best)
                     cell.references["LP bound"].add_count(
-                        len(requests), optimum.lp_bound(card, cards, requests))
+                        len(requests), optimum.lp_bound(card, cards, requests)
+                    )
                 cells.append((cards, cell))
     return cells
 
@@ -157,8 +168,15 @@ def node_table(cells: Sequence[Cell], bound: str = "LP bound") -> str:
         for name in names:
             tally = cell.policies.get(name) or cell.references[name]
             stranded = pct(tally.stranded_share) if name in cell.policies else ""
-            rows.append([f"{cell.model} {cell.mix} | {name}", pct(tally.acceptance),
-                         ratio(tally.acceptance, base), ratio(tally.acceptance, top), stranded])
+            rows.append(
+                [
+                    f"{cell.model} {cell.mix} | {name}",
+                    pct(tally.acceptance),
+                    ratio(tally.acceptance, base),
+                    ratio(tally.acceptance, top),
+                    stranded,
+                ]
+            )
     return table(["model mix | policy", "accepted", "/baseline", f"/{bound}", "stranded"], rows)
 
 
@@ -166,14 +184,19 @@ def small_table(cells: Sequence[tuple[int, Cell]]) -> str:
     rows = []
     for cards, cell in cells:
         best = cell.references["optimum"].acceptance
-        row: list[object] = [f"{cards} card {cell.model} {cell.mix}", pct(best),
-                             ratio(best, cell.references["LP bound"].acceptance)]
+        row: list[object] = [
+            f"{cards} card {cell.model} {cell.mix}",
+            pct(best),
+            ratio(best, cell.references["LP bound"].acceptance),
+        ]
         row += [ratio(t.acceptance, best) for t in cell.policies.values()]
         row.append(cell.skipped or "")
         rows.append(row)
     names = list(cells[0][1].policies)
-    return table(["node model mix", "optimum", "opt/LP bound"] + [f"{n} /opt" for n in names]
-                 + ["skipped"], rows)
+    return table(
+        ["node model mix", "optimum", "opt/LP bound"] + [f"{n} /opt" for n in names] + ["skipped"],
+        rows,
+    )
 
 
 def verdicts(node: Sequence[Cell], small: Sequence[tuple[int, Cell]], ours: str) -> list[str]:
@@ -182,8 +205,10 @@ def verdicts(node: Sequence[Cell], small: Sequence[tuple[int, Cell]], ours: str)
     significant = []
     for cell in node:
         mean, se = paired_difference(cell.policies[ours], cell.policies[BASELINE])
-        lines.append(f"  8-card {cell.model} {cell.mix}: {ours} - baseline = "
-                     f"{100 * mean:+.3f} pts (s.e. {100 * se:.3f})")
+        lines.append(
+            f"  8-card {cell.model} {cell.mix}: {ours} - baseline = "
+            f"{100 * mean:+.3f} pts (s.e. {100 * se:.3f})"
+        )
         if mean < 0:
             behind.append(f"{cell.model} {cell.mix} ({100 * mean:+.3f} pts)")
             if mean < -2 * se:
@@ -194,37 +219,49 @@ def verdicts(node: Sequence[Cell], small: Sequence[tuple[int, Cell]], ours: str)
             behind.append(f"{cards}-card {cell.model} {cell.mix} ({ahead} requests)")
     verdict = "HOLDS" if not behind else "FAILS on " + ", ".join(behind)
     lines.insert(0, f"{ours} >= baseline on every mix: {verdict}")
-    lines.insert(1, "  8-card cells behind by more than 2 standard errors: "
-                 + (", ".join(significant) or "none"))
+    lines.insert(
+        1,
+        "  8-card cells behind by more than 2 standard errors: "
+        + (", ".join(significant) or "none"),
+    )
     to_opt = statistics.fmean(
-        c.policies[ours].acceptance / c.references["optimum"].acceptance for _, c in small)
+        c.policies[ours].acceptance / c.references["optimum"].acceptance for _ignored, c in small
+    )
     to_bound = statistics.fmean(
-        c.policies[ours].acceptance / c.references["LP bound"].acceptance for c in node)
+        c.policies[ours].acceptance / c.references["LP bound"].acceptance for c in node
+    )
     to_repack = statistics.fmean(
-        c.policies[ours].acceptance / c.references["repacking (ref.)"].acceptance for c in node)
-    lines.append(f"{ours} / exact optimum (1-2 cards), mean over cells: {to_opt:.4f} "
-                 f"-> within 2%: {'HOLDS' if to_opt >= 0.98 else 'FAILS'}")
-    lines.append(f"{ours} / LP upper bound (8 cards), mean over cells: {to_bound:.4f} "
-                 f"-> within 2%: {'HOLDS' if to_bound >= 0.98 else 'FAILS'}")
+        c.policies[ours].acceptance / c.references["repacking (ref.)"].acceptance for c in node
+    )
+    lines.append(
+        f"{ours} / exact optimum (1-2 cards), mean over cells: {to_opt:.4f} "
+        f"-> within 2%: {'HOLDS' if to_opt >= 0.98 else 'FAILS'}"
+    )
+    lines.append(
+        f"{ours} / LP upper bound (8 cards), mean over cells: {to_bound:.4f} "
+        f"-> within 2%: {'HOLDS' if to_bound >= 0.98 else 'FAILS'}"
+    )
     lines.append(f"{ours} / repacking reference (8 cards, not a bound): {to_repack:.4f}")
     return lines
 
 
-def run(quick: bool = False, extra: dict[str, Policy] | None = None,
-        scale: Scale | None = None) -> str:
+def run(
+    quick: bool = False, extra: dict[str, Policy] | None = None, scale: Scale | None = None
+) -> str:
     scale = scale or (QUICK if quick else FULL)
-    if extra is None:
-        extra = {LEAST_DAMAGE: least_damage}
-    policies = dict(POLICIES) | extra
-    out = ["== placement quality ==",
-           f"offered load {scale.load:.2f} (mean slices asked for / node slices); mixes by "
-           "profile width rank; stranded = slice-time refused while enough slices were free"]
+    policies = dict(POLICIES) | (extra or {})
+    out = [
+        "== placement quality ==",
+        f"offered load {scale.load:.2f} (mean slices asked for / node slices); mixes by "
+        "profile width rank; stranded = slice-time refused while enough slices were free",
+    ]
     for model in MODELS:
         out.append("  " + discover(model).describe())
     node = node_cells(scale, policies)
     out.append("")
-    out.append(f"8-card nodes: {scale.node_streams} stream(s) x {scale.node_requests} requests "
-               "per cell")
+    out.append(
+        f"8-card nodes: {scale.node_streams} stream(s) x {scale.node_requests} requests per cell"
+    )
     out.append(node_table(node))
     small = small_cells(scale, policies)
     out.append("")

@@ -83,14 +83,20 @@ class PluginStack:
         self.settings = Settings(
             device_plugin_dir=str(state / "dp"),
             pod_resources_socket=str(state / "pr" / "kubelet.sock"),
-            host_root=self.root, answer_root=self.root, library_path=library,
-            records_dir=str(state / "records"), lock_dir=str(state / "locks"),
-            grace_seconds=0.0, resync_seconds=3600.0, node_name=None,
+            host_root=self.root,
+            answer_root=self.root,
+            library_path=library,
+            records_dir=str(state / "records"),
+            lock_dir=str(state / "locks"),
+            grace_seconds=0.0,
+            resync_seconds=3600.0,
+            node_name=None,
         )
         os.makedirs(self.settings.device_plugin_dir, exist_ok=True)
         self.kube = FakeKube()
-        self.kubelet = KubeletEmulator(self.settings.device_plugin_dir,
-                                       self.settings.pod_resources_socket)
+        self.kubelet = KubeletEmulator(
+            self.settings.device_plugin_dir, self.settings.pod_resources_socket
+        )
         # Time-stamp every ListAndWatch message the kubelet receives.
         self.kubelet._notify = self._on_update
         self.kubelet.start()
@@ -100,8 +106,10 @@ class PluginStack:
         self.runtime = Runtime(self.settings, self.node, self.kube, lister)
         self.runtime.start()
         self._closers.append(self.runtime.stop)
-        self.profiles = sorted({p.name: p.slices for c in self.node.cards() for p in c.profiles}
-                               .items(), key=lambda item: (item[1], item[0]))
+        self.profiles = sorted(
+            {p.name: p.slices for c in self.node.cards() for p in c.profiles}.items(),
+            key=lambda item: (item[1], item[0]),
+        )
         self.idle = self._wait_registered()
 
     def _on_update(self) -> None:
@@ -110,10 +118,14 @@ class PluginStack:
             self.kubelet.changed.notify_all()
 
     def _wait_registered(self) -> dict[str, int]:
-        wanted = {FAMILY} | {profile_resource(name) for name, _ in self.profiles}
+        wanted = {FAMILY} | {profile_resource(name) for name, _ignored in self.profiles}
         ok = self.kubelet.wait_for(
-            lambda: wanted <= set(self.kubelet.endpoints)
-            and all(self.kubelet.endpoints[r].updates for r in wanted), timeout=30)
+            lambda: (
+                wanted <= set(self.kubelet.endpoints)
+                and all(self.kubelet.endpoints[r].updates for r in wanted)
+            ),
+            timeout=30,
+        )
         if not ok:
             raise RuntimeError(f"plugin did not register {sorted(wanted)} with the emulator")
         counts: dict[str, int] = self.kubelet.counts()

@@ -40,14 +40,13 @@ class Outcome:
 
 def card_views(card: CardModel, spans: Sequence[dict[int, tuple[int, int]]]) -> list[CardView]:
     return [
-        CardView(index, f"sim-{index}", card.slice_count, card.profiles,
-                 occupied_by(live.values()))
+        CardView(index, f"sim-{index}", card.slice_count, card.profiles, occupied_by(live.values()))
         for index, live in enumerate(spans)
     ]
 
 
 def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Policy) -> Outcome:
-    live: list[dict[int, tuple[int, int]]] = [{} for _ in range(cards)]
+    live: list[dict[int, tuple[int, int]]] = [{} for _ignored in range(cards)]
     departures: list[tuple[float, int, int]] = []  # (time, request id, card)
     free_slices = cards * card.slice_count
     accepted = 0
@@ -55,7 +54,7 @@ def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Pol
     stranded_refusals = 0
     for request in sorted(requests, key=lambda r: (r.arrive, r.id)):
         while departures and departures[0][0] <= request.arrive:
-            _, rid, index = heapq.heappop(departures)
+            _ignored, rid, index = heapq.heappop(departures)
             free_slices += live[index].pop(rid)[1]
         offered += request.slices * request.duration
         decision = policy(card_views(card, live), request.profile)

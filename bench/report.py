@@ -11,8 +11,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], title: str =
     lines = [title] if title else []
     for n, row in enumerate(cells):
         # First column left-aligned (names), the numbers right-aligned.
-        padded = (c.ljust(w) if i == 0 else c.rjust(w)
-                  for i, (c, w) in enumerate(zip(row, widths, strict=True)))
+        padded = (
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
         lines.append("  ".join(padded).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))

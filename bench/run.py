@@ -38,9 +38,16 @@ def holders(quick: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test, < 30 s)")
-    parser.add_argument("sections", nargs="*", choices=SECTIONS, default=[],
-                        help="which benchmarks to run (default: all)")
+    parser.add_argument(
+        "sections",
+        nargs="*",
+        metavar="SECTION",
+        help=f"any of {', '.join(SECTIONS)} (default: all)",
+    )
     args = parser.parse_args(argv)
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
     for section in args.sections or SECTIONS:
         started = time.monotonic()
         if section == "holders":

@@ -71,7 +71,9 @@ def simulated_node(model: str, cards: int) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="hydmi-bench-") as root:
         subprocess.run(
             [str(SIMNODE), "init", root, "--model", model, "--cards", str(cards)],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         previous = os.environ.get("HYDMI_SIM_ROOT")
         os.environ["HYDMI_SIM_ROOT"] = root
@@ -100,9 +102,7 @@ def discover(model: str) -> CardModel:
     with simulated_node(model, 8) as root:
         node = Node(host_root=root, library_path=str(LIBRARY))
         cards = node.cards()
-    tables = {
-        _card_model(model, card.slice_count, card.profiles) for card in cards
-    }
+    tables = {_card_model(model, card.slice_count, card.profiles) for card in cards}
     if len(tables) != 1:
         raise RuntimeError(f"simulated {model} node reports {len(tables)} different card tables")
     table = tables.pop()

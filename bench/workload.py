@@ -49,8 +49,9 @@ def mix_weights(mix: str, profiles: Sequence[Profile]) -> list[float]:
     raise ValueError(f"unknown mix {mix!r}; use one of {MIXES}")
 
 
-def stream(card: CardModel, cards: int, mix: str, load: float, requests: int,
-           seed: int) -> list[Request]:
+def stream(
+    card: CardModel, cards: int, mix: str, load: float, requests: int, seed: int
+) -> list[Request]:
     """`requests` requests on a node of `cards` cards, arriving so offered load is `load`."""
     rng = random.Random(seed)
     profiles = sorted(card.profiles, key=lambda p: (p.slices, p.name))
@@ -65,7 +66,7 @@ def stream(card: CardModel, cards: int, mix: str, load: float, requests: int,
             now += rng.expovariate(rate / MEAN_BURST)
             size = rng.randint(1, 6)
             job = rng.expovariate(1.0 / MEAN_DURATION)
-            durations = [job * rng.uniform(0.8, 1.2) for _ in range(size)]
+            durations = [job * rng.uniform(0.8, 1.2) for _ignored in range(size)]
         else:
             now += rng.expovariate(rate)
             durations = [rng.expovariate(1.0 / MEAN_DURATION)]

@@ -27,8 +27,9 @@ playbook() {
     -e target=localhost \
     -e hygon_dcu_manage_kubernetes=false \
     -e hygon_dcu_host_root="$node" \
-    -e hygon_dcu_library_path="$sim/build/libhydmi_mig.so.1" \
-    -e hygon_dcu_hy_smi_path="$sim/build/hy-smi" \
+    -e ansible_python_interpreter="$py" \
+    -e hygon_dcu_library_path="$node/opt/hyhal/lib/libhydmi_mig.so.1" \
+    -e hygon_dcu_hy_smi_path="$node/opt/hyhal/bin/hy-smi" \
     -e "{\"hygon_dcu_environment\": {\"HYDMI_SIM_ROOT\": \"$node\"}}"
 }
 

@@ -72,7 +72,8 @@ simulator_build() {
 }
 
 ruff_check() {
-  ruff check .
+  # ruff's layout is pep8-clean, which ansible-test sanity checks on every Python file.
+  ruff check . && ruff format --check .
 }
 
 mypy_check() {
@@ -80,7 +81,8 @@ mypy_check() {
   # the venv's ansible_collections link.
   (cd "$repo" && mypy \
     "$collections/ansible_collections/hygon/dcu/plugins" \
-    plugin_image/src/hygon_dcu_plugin tests/simulator/simnode.py bench tests/tools)
+    plugin_image/src/hygon_dcu_plugin tests/simulator/simnode.py bench tests/tools \
+    tests/unit tests/simulator/tests tests/image tests/conftest.py)
 }
 
 yamllint_check() {

@@ -986,13 +986,13 @@ def test_remaining_capacity_matches_brute_force_on_random_layouts(
         else:
             spec = rng.choice(node.model.profiles)
             start = rng.choice(spec.starts)
-            occupied = {s for _ignored, p, st in live.values() for s in range(st, st + p.slices)}
+            occupied = {s for _gi, p, st in live.values() for s in range(st, st + p.slices)}
             rc, gi = lib.create_gi(dev, spec.id, start, spec.slices)
             fits = not set(range(start, start + spec.slices)) & occupied
             assert rc == (SUCCESS if fits else INSUFFICIENT_RESOURCES)
             if rc == SUCCESS:
                 live[lib.gi_info(gi).id] = (gi, spec, start)
-        occupied = {s for _ignored, p, st in live.values() for s in range(st, st + p.slices)}
+        occupied = {s for _gi, p, st in live.values() for s in range(st, st + p.slices)}
         for spec in node.model.profiles:
-            existing = sum(1 for _ignored, p, _ignored in live.values() if p.id == spec.id)
+            existing = sum(1 for _gi, p, _start in live.values() if p.id == spec.id)
             assert lib.remaining(dev, spec.id) == best_fit_count(spec, occupied, existing)

@@ -20,23 +20,26 @@ def test_ledger_attributes_library_calls_to_the_allocate_that_made_them() -> Non
         stack.new_pod(profile)
         response = stack.allocate(token)
         assert response.envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
-        ((resource, ids), cost), = ledger.allocates
+        (((resource, ids), cost),) = ledger.allocates
         assert (resource, list(ids)) == (FAMILY, [token])
         assert cost.library_calls > 0
         assert 0 < cost.library < cost.total
         assert cost.kubelet > 0  # Allocate asks the kubelet who is being admitted
-        assert [kind for kind, _ in ledger.changes] == ["create"]
+        assert [kind for kind, _ignored in ledger.changes] == ["create"]
         stack.finish_all()
         report = stack.runtime.reclaimer.run_pass()
         assert len(report.destroyed) == 1
-        assert stack.kubelet.counts()[profile_resource(profile)] == stack.idle[
-            profile_resource(profile)]
+        assert (
+            stack.kubelet.counts()[profile_resource(profile)]
+            == stack.idle[profile_resource(profile)]
+        )
     assert HydmiLibrary.__dict__["call"] is original  # the wrapper is gone again
 
 
 def test_allocator_benchmark_runs_at_a_tiny_size() -> None:
-    tiny = allocator_cost.Scale(callers=(1, 4), rounds=1, records=(3, 12), passes=1,
-                                watch_rounds=1, cards=2)
+    tiny = allocator_cost.Scale(
+        callers=(1, 4), rounds=1, records=(3, 12), passes=1, watch_rounds=1, cards=2
+    )
     text = allocator_cost.run(scale=tiny)
     for heading in ("Allocate (", "where the slowest 1%", "reclaim pass", "ListAndWatch delay"):
         assert heading in text

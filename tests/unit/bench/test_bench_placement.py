@@ -25,7 +25,10 @@ def test_tables_are_read_from_the_simulated_driver(bw: CardModel, hypo: CardMode
     # The measured BW table (hardware.md), as the node layer reads it from the simulator.
     assert bw.slice_count == 4
     assert [(p.name, p.slices, [q.start for q in p.placements]) for p in bw.profiles] == [
-        ("2g.15gb", 1, [0, 1, 2, 3]), ("4g.31gb", 2, [0, 2]), ("8g.63gb", 4, [0])]
+        ("2g.15gb", 1, [0, 1, 2, 3]),
+        ("4g.31gb", 2, [0, 2]),
+        ("8g.63gb", 4, [0]),
+    ]
     # The hypothetical model really is another table: more slices and a 3-slice profile.
     assert hypo.slice_count == 8
     assert 3 in {p.slices for p in hypo.profiles}
@@ -52,8 +55,13 @@ def test_stranded_slices_and_the_repacking_reference(bw: CardModel) -> None:
     # taken. Lowest-start puts the next 1-slice instance on slice 0, leaving slices 1 and 3
     # free but no aligned pair: the 2-slice request is refused with 2 free slices (stranded:
     # 2 slices x 1 time unit). Ours completes the pair on slice 3 and keeps 0:2 free.
-    requests = [_req(0, 0.0, 1.0, bw, 1), _req(1, 0.0, 1.0, bw, 1), _req(2, 0.0, 10.0, bw, 1),
-                _req(3, 2.0, 10.0, bw, 1), _req(4, 3.0, 4.0, bw, 2)]
+    requests = [
+        _req(0, 0.0, 1.0, bw, 1),
+        _req(1, 0.0, 1.0, bw, 1),
+        _req(2, 0.0, 10.0, bw, 1),
+        _req(3, 2.0, 10.0, bw, 1),
+        _req(4, 3.0, 4.0, bw, 2),
+    ]
     outcome = replay(bw, 1, requests, first_fit)
     assert outcome.accepted == 4
     assert outcome.stranded_slice_time == pytest.approx(2.0)
@@ -93,8 +101,7 @@ def test_streams_are_seeded_and_match_the_offered_load(bw: CardModel) -> None:
 
 
 def test_same_command_prints_the_same_placement_results_twice() -> None:
-    tiny = placement_quality.Scale(load=1.0, node_streams=1, node_requests=40,
-                                   small=((1, 2, 6),))
+    tiny = placement_quality.Scale(load=1.0, node_streams=1, node_requests=40, small=((1, 2, 6),))
     first = placement_quality.run(scale=tiny)
     assert first == placement_quality.run(scale=tiny)
     assert "ours (pack) >= baseline on every mix" in first

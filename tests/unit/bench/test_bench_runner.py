@@ -1,4 +1,4 @@
-"""The runner: sections by name, the holder-scan script wired in."""
+"""The runner: sections by name, every section at --quick size, the holder-scan script wired in."""
 
 from __future__ import annotations
 
@@ -7,14 +7,17 @@ import pytest
 from bench import run
 
 
-def test_unknown_section_is_refused() -> None:
+def test_unknown_section_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         run.main(["nonsense"])
     assert exit_info.value.code == 2
+    assert "unknown section(s) nonsense" in capsys.readouterr().err
 
 
-def test_holder_scan_is_run_through_the_runner() -> None:
-    text = run.holders(quick=True)
-    assert text.startswith("== holder scan ==")
-    # Either its table, or its own message saying which tool is missing.
-    assert "module scan" in text or "is not installed" in text, text
+def test_quick_run_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    for heading in ("== placement quality ==", "== allocator cost ==", "== holder scan =="):
+        assert heading in out
+    # Either the holder scan's table, or its own message naming the missing tool.
+    assert "module scan" in out or "is not installed" in out, out

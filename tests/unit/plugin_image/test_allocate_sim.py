@@ -269,7 +269,7 @@ def test_spread_policy_uses_the_emptiest_card(
     harness = Harness(bw_node, tmp_path / "state", policy="spread")
     for name in ("a", "b", "c"):
         harness.admit(name)
-    assert sorted(pci for pci, _ignored, _ignored in harness.live()) == [
+    assert sorted(pci for pci, *_instance in harness.live()) == [
         "0000:09:00.0",
         "0000:0c:00.0",
         "0000:49:00.0",
@@ -289,7 +289,7 @@ def test_a_card_that_fails_queries_leaves_the_counts_and_is_never_used(harness: 
     harness.admit("b", "4g.31gb")
     for name in ("c", "d", "e", "f", "g", "h"):
         harness.admit(name, "8g.63gb")
-    assert "0000:cc:00.0" not in {pci for pci, _ignored, _ignored in harness.live()}
+    assert "0000:cc:00.0" not in {pci for pci, *_instance in harness.live()}
     harness.kube.add_pod(
         "default", "i", {"main": {FAMILY: "1", "hygon.com/dcu.partitioned.mig-8g.63gb": "1"}}
     )

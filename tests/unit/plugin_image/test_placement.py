@@ -48,6 +48,15 @@ def test_pack_picks_the_fullest_card_that_fits() -> None:
     assert choice is not None and choice.card.index == 1
 
 
+def test_pack_prefers_the_card_where_the_instance_costs_no_wide_capacity() -> None:
+    # On card 0 (fuller) every free slice lies in its last 3-slice block; card 1 can take a
+    # 1-slice instance and still offer a 3-slice one. Fullest-first would close card 0's block.
+    cards = [card(0, {0, 1, 2}, ODD, 6), card(1, {5}, ODD, 6)]
+    choice = choose(cards, "1s")
+    assert choice is not None and choice.card.index == 1
+    assert remaining(ODD[1], cards[1].occupied | {choice.placement.start}) == 1
+
+
 def test_spread_picks_the_emptiest_card() -> None:
     cards = [card(0, {0}), card(1, set()), card(2, {0, 1})]
     choice = choose(cards, "2g", "spread")

@@ -43,7 +43,7 @@ def expected_counts(live: dict[str, tuple[int, set[int], str]]) -> dict[str, int
         FAMILY: len(live) + sum(max(most(p, taken[c]) for p in BW) for c in taken),
     }
     for profile in BW:
-        held = sum(1 for _ignored, _ignored, p in live.values() if p == profile)
+        held = sum(1 for _card, _span, p in live.values() if p == profile)
         counts[PROFILE_PREFIX + profile] = held + sum(most(profile, taken[c]) for c in taken)
     return counts
 

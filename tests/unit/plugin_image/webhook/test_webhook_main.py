@@ -80,7 +80,7 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
     finally:
         # Second SIGTERM: stop now (the test would hang on the 600 s delay otherwise).
         process.send_signal(signal.SIGTERM)
-        _ignored, rest = process.communicate(timeout=60)
+        rest = process.communicate(timeout=60)[1]
     assert process.returncode == 0
     events = _events(lines + rest.splitlines())
     reviews = [event for event in events if event["event"] == "admission_review"]

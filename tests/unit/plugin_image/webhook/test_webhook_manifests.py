@@ -99,7 +99,7 @@ def test_service_and_webhook_reach_the_server(
 
 @pytest.mark.parametrize("render_set", VALID_SETS)
 def test_pod_is_locked_down(renders: dict[str, Rendered], render_set: str) -> None:
-    deployment, _ignored, _ignored = _parts(renders[render_set])
+    deployment = _parts(renders[render_set])[0]
     pod_spec = deployment["spec"]["template"]["spec"]
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
     assert pod_spec["securityContext"]["runAsUser"] != 0
@@ -182,7 +182,7 @@ def test_custom_values_reach_the_manifests(
 
 
 def test_cert_manager_injection_replaces_the_bundle(renders: dict[str, Rendered]) -> None:
-    _ignored, _ignored, config = _parts(renders["cert-manager"])
+    config = _parts(renders["cert-manager"])[2]
     assert config["metadata"]["annotations"] == {
         "cert-manager.io/inject-ca-from": "hygon-dcu-system/hygon-dcu-admission"
     }

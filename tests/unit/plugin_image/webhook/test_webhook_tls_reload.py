@@ -100,8 +100,8 @@ def test_missing_files_at_start_are_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_key_that_does_not_match_is_a_clear_error(tmp_path: Path, authority: Authority) -> None:
-    cert_pem, _ignored, _ignored = authority.issue()
-    _ignored, other_key, _ignored = authority.issue()
+    cert_pem = authority.issue()[0]
+    other_key = authority.issue()[1]
     (tmp_path / "tls.crt").write_bytes(cert_pem)
     (tmp_path / "tls.key").write_bytes(other_key)
     with pytest.raises(CertificateError, match="matching private key"):

@@ -31,8 +31,10 @@ import simnode
 PLUGIN_NAMESPACE = "hygon-dcu-system"
 PLUGIN_LABELS = {"app.kubernetes.io/name": "hygon-dcu-device-plugin"}
 PARK_LABEL = "hygon.com/dcu.device-plugin"
-_HOLD = ("import os, sys\nos.open(sys.argv[1], os.O_RDONLY)\nprint('ready', flush=True)\n"
-         "sys.stdin.read()\n")
+_HOLD = (
+    "import os, sys\nos.open(sys.argv[1], os.O_RDONLY)\nprint('ready', flush=True)\n"
+    "sys.stdin.read()\n"
+)
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -49,18 +51,25 @@ def merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _selected(obj: dict[str, Any], labels: str | None, fields: str | None) -> bool:
     own = obj["metadata"].get("labels") or {}
     for term in filter(None, (labels or "").split(",")):
-        key, _, value = term.partition("=")
+        key, _ignored, value = term.partition("=")
         if own.get(key) != value:
             return False
     for term in filter(None, (fields or "").split(",")):
-        key, _, value = term.partition("=")
+        key, _ignored, value = term.partition("=")
         if key == "spec.nodeName" and obj["spec"].get("nodeName") != value:
             return False
         if key == "metadata.name" and obj["metadata"]["name"] != value:
@@ -94,30 +103,59 @@ class FakeCluster:
 
     def __post_init__(self) -> None:
         self.node_object: dict[str, Any] = {
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": self.node_name, "uid": "node-uid", "resourceVersion": "1",
-                         "labels": {"hygon.com/dcu.present": "true"}},
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node_name,
+                "uid": "node-uid",
+                "resourceVersion": "1",
+                "labels": {"hygon.com/dcu.present": "true"},
+            },
             "spec": {},
             "status": {"allocatable": {"cpu": "64"}, "capacity": {"cpu": "64"}},
         }
 
     # --- workloads -------------------------------------------------------------------------
-    def add_pod(self, name: str, namespace: str = "ml", limits: dict[str, str] | None = None,
-                owner: str = "ReplicaSet", labels: dict[str, str] | None = None,
-                annotations: dict[str, str] | None = None) -> None:
+    def add_pod(
+        self,
+        name: str,
+        namespace: str = "ml",
+        limits: dict[str, str] | None = None,
+        owner: str = "ReplicaSet",
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> None:
         pod = {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
-                         "resourceVersion": "1", "labels": labels or {"app": name},
-                         "annotations": annotations or {},
-                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner,
-                                              "name": f"{name}-owner", "uid": f"o-{name}",
-                                              "controller": True}]},
-            "spec": {"nodeName": self.node_name,
-                     "containers": [{"name": "main", "image": "registry.local/app:1",
-                                     "resources": {"limits": limits or {}}}]},
-            "status": {"phase": "Running",
-                       "conditions": [{"type": "Ready", "status": "True"}]},
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "uid": f"uid-{name}",
+                "resourceVersion": "1",
+                "labels": labels or {"app": name},
+                "annotations": annotations or {},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": owner,
+                        "name": f"{name}-owner",
+                        "uid": f"o-{name}",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "nodeName": self.node_name,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.local/app:1",
+                        "resources": {"limits": limits or {}},
+                    }
+                ],
+            },
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }
         with self._lock:
             self.pods[(namespace, name)] = pod
@@ -125,8 +163,12 @@ class FakeCluster:
                 self._hold((namespace, name))
 
     def _hold(self, key: tuple[str, str]) -> None:
-        proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(self.node.kfd)],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLD, str(self.node.kfd)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         if proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"holder for {key} did not start")
@@ -147,8 +189,9 @@ class FakeCluster:
 
     # --- the device-plugin DaemonSet and the kubelet ---------------------------------------
     def plugin_pod(self) -> dict[str, Any] | None:
-        return next((pod for (ns, _), pod in self.pods.items()
-                     if ns == PLUGIN_NAMESPACE), None)
+        return next(
+            (pod for (ns, _ignored), pod in self.pods.items() if ns == PLUGIN_NAMESPACE), None
+        )
 
     def served_mode(self) -> str:
         return self._served_mode if self.plugin_pod() and self._plugin_ready else ""
@@ -175,12 +218,18 @@ class FakeCluster:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def write_kubeconfig(self, path: Path) -> Path:
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                }
+            )
+        )
         return path
 
     def _reconcile(self) -> None:
@@ -194,14 +243,28 @@ class FakeCluster:
             self.plugin_starts += 1
             name = f"hygon-dcu-device-plugin-{self.plugin_starts}"
             self.pods[(PLUGIN_NAMESPACE, name)] = {
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": PLUGIN_NAMESPACE, "uid": f"uid-{name}",
-                             "resourceVersion": "1", "labels": dict(PLUGIN_LABELS),
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
-                                                  "name": "hygon-dcu-device-plugin",
-                                                  "uid": "ds", "controller": True}]},
-                "spec": {"nodeName": self.node_name,
-                         "containers": [{"name": "plugin", "image": "registry.local/p:1"}]},
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": PLUGIN_NAMESPACE,
+                    "uid": f"uid-{name}",
+                    "resourceVersion": "1",
+                    "labels": dict(PLUGIN_LABELS),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "apps/v1",
+                            "kind": "DaemonSet",
+                            "name": "hygon-dcu-device-plugin",
+                            "uid": "ds",
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {
+                    "nodeName": self.node_name,
+                    "containers": [{"name": "plugin", "image": "registry.local/p:1"}],
+                },
                 "status": {"phase": "Pending", "conditions": []},
             }
             self._hold((PLUGIN_NAMESPACE, name))
@@ -209,13 +272,20 @@ class FakeCluster:
             self._served_mode = "enabled" if self.node.status().mode == 1 else "disabled"
             self._plugin_ready = False
         elif pod is not None and not self._plugin_ready:
-            pod["status"] = {"phase": "Running",
-                             "conditions": [{"type": "Ready", "status": "True"}]}
+            pod["status"] = {
+                "phase": "Running",
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }
             self._plugin_ready = True
         allocatable = {"cpu": "64"}
         if self.served_mode() == "enabled":
-            allocatable.update({"hygon.com/dcu.partitioned": "8", "hygon.com/dcu": "0",
-                                "hygon.com/dcu.partitioned.mig-2g.15gb": "8"})
+            allocatable.update(
+                {
+                    "hygon.com/dcu.partitioned": "8",
+                    "hygon.com/dcu": "0",
+                    "hygon.com/dcu.partitioned.mig-2g.15gb": "8",
+                }
+            )
         elif self.served_mode() == "disabled":
             allocatable.update({"hygon.com/dcu": str(self.node.cards)})
         self.node_object["status"]["allocatable"] = allocatable
@@ -230,8 +300,9 @@ class FakeCluster:
             self._reconcile()
             return self._route(method, parts, query, body)
 
-    def _route(self, method: str, parts: list[str], query: dict[str, str],
-               body: Any) -> tuple[int, Any]:
+    def _route(
+        self, method: str, parts: list[str], query: dict[str, str], body: Any
+    ) -> tuple[int, Any]:
         if parts == ["version"]:
             return 200, {"major": "1", "minor": "30", "gitVersion": "v1.30.0"}
         if parts == ["api"]:
@@ -240,14 +311,35 @@ class FakeCluster:
             return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
         if parts == ["api", "v1"]:
             verbs = ["get", "list", "patch", "delete", "update", "create", "watch"]
-            return 200, {"kind": "APIResourceList", "groupVersion": "v1", "resources": [
-                {"name": "nodes", "singularName": "node", "namespaced": False, "kind": "Node",
-                 "verbs": verbs},
-                {"name": "pods", "singularName": "pod", "namespaced": True, "kind": "Pod",
-                 "verbs": verbs},
-                {"name": "pods/eviction", "singularName": "", "namespaced": True,
-                 "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]},
-            ]}
+            return 200, {
+                "kind": "APIResourceList",
+                "groupVersion": "v1",
+                "resources": [
+                    {
+                        "name": "nodes",
+                        "singularName": "node",
+                        "namespaced": False,
+                        "kind": "Node",
+                        "verbs": verbs,
+                    },
+                    {
+                        "name": "pods",
+                        "singularName": "pod",
+                        "namespaced": True,
+                        "kind": "Pod",
+                        "verbs": verbs,
+                    },
+                    {
+                        "name": "pods/eviction",
+                        "singularName": "",
+                        "namespaced": True,
+                        "group": "policy",
+                        "version": "v1",
+                        "kind": "Eviction",
+                        "verbs": ["create"],
+                    },
+                ],
+            }
         dry_run = query.get("dryRun") == "All"
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 4:
             if parts[3] != self.node_name:
@@ -260,20 +352,30 @@ class FakeCluster:
                 return 200, copy.deepcopy(patched)
             return 200, copy.deepcopy(self.node_object)
         if parts[:3] == ["api", "v1", "nodes"] and len(parts) == 3:
-            return 200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
-                         "items": [copy.deepcopy(self.node_object)]}
+            return 200, {
+                "kind": "NodeList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": [copy.deepcopy(self.node_object)],
+            }
         namespace = None
         rest = parts[2:]
         if rest[:1] == ["namespaces"]:
             namespace, rest = rest[1], rest[2:]
         if rest[:1] == ["pods"]:
             if len(rest) == 1:
-                items = [copy.deepcopy(pod) for (ns, _), pod in sorted(self.pods.items())
-                         if (namespace is None or ns == namespace)
-                         and _selected(pod, query.get("labelSelector"),
-                                       query.get("fieldSelector"))]
-                return 200, {"kind": "PodList", "apiVersion": "v1",
-                             "metadata": {"resourceVersion": "1"}, "items": items}
+                items = [
+                    copy.deepcopy(pod)
+                    for (ns, _ignored), pod in sorted(self.pods.items())
+                    if (namespace is None or ns == namespace)
+                    and _selected(pod, query.get("labelSelector"), query.get("fieldSelector"))
+                ]
+                return 200, {
+                    "kind": "PodList",
+                    "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "1"},
+                    "items": items,
+                }
             assert namespace is not None
             key = (namespace, rest[1])
             if key not in self.pods:
@@ -301,8 +403,11 @@ class FakeCluster:
             if left is None or left > 0:
                 if left is not None:
                     self.pdb_refusals[name] = left - 1
-                return 429, _status(429, "TooManyRequests", "Cannot evict pod as it would "
-                                    "violate the pod's disruption budget.")
+                return 429, _status(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                )
         self._delete_pod(key)
         return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
@@ -334,4 +439,3 @@ def running(cluster: FakeCluster) -> Iterator[FakeCluster]:
         yield cluster
     finally:
         cluster.stop()
-

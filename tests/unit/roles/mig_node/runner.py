@@ -54,17 +54,28 @@ class PlaybookRun:
         return messages
 
 
-def run_playbook(playbook: str, *args: str, extra_vars: dict[str, Any] | None = None,
-                 ) -> PlaybookRun:
+def run_playbook(
+    playbook: str,
+    *args: str,
+    extra_vars: dict[str, Any] | None = None,
+) -> PlaybookRun:
     """``ansible-playbook hygon.dcu.<playbook> -i localhost, -c local ARGS -e EXTRA_VARS``."""
     argv = [
-        str(BIN / "ansible-playbook"), f"hygon.dcu.{playbook}", "-i", "localhost,", "-c", "local",
-        "-e", f"ansible_python_interpreter={sys.executable}", *args,
+        str(BIN / "ansible-playbook"),
+        f"hygon.dcu.{playbook}",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        *args,
     ]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO,
-                          check=False)
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO, check=False
+    )
     output = proc.stdout + proc.stderr
     recap = RECAP.search(output)
     return PlaybookRun(

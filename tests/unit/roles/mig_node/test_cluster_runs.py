@@ -46,7 +46,8 @@ def writes(cluster: FakeCluster) -> list[tuple[str, str]]:
 
 
 def test_enable_evicts_only_dcu_pods_through_their_budget_and_restarts_the_plugin(
-        cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
     cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1", "cpu": "2"})
     cluster.add_pod("web", limits={"cpu": "1"})
     cluster.pdb_refusals["trainer"] = 2
@@ -80,10 +81,12 @@ def test_enable_evicts_only_dcu_pods_through_their_budget_and_restarts_the_plugi
     assert cluster.node_object["spec"].get("unschedulable") is False
 
 
-def test_a_node_already_in_the_mode_is_not_even_cordoned(sim_node: simnode.SimNode,
-                                                         tmp_path: Path) -> None:
-    subprocess.run([str(simnode.HY_SMI_PATH), "-mig", "1"], env=sim_node.env(), check=True,
-                   capture_output=True)
+def test_a_node_already_in_the_mode_is_not_even_cordoned(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    subprocess.run(
+        [str(simnode.HY_SMI_PATH), "-mig", "1"], env=sim_node.env(), check=True, capture_output=True
+    )
     for cluster in running(FakeCluster(sim_node)):
         run = run_playbook("enable_mig", extra_vars=cluster_vars(cluster, tmp_path))
 
@@ -93,12 +96,13 @@ def test_a_node_already_in_the_mode_is_not_even_cordoned(sim_node: simnode.SimNo
 
 
 def test_a_holder_that_never_leaves_unparks_the_plugin_and_uncordons(
-        cluster: FakeCluster, tmp_path: Path,
-        kfd_holder: Callable[[Path], Any]) -> None:
+    cluster: FakeCluster, tmp_path: Path, kfd_holder: Callable[[Path], Any]
+) -> None:
     kfd_holder(cluster.node.kfd)
 
-    run = run_playbook("enable_mig",
-                       extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_holders_timeout=2))
+    run = run_playbook(
+        "enable_mig", extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_holders_timeout=2)
+    )
 
     assert run.returncode != 0
     message = run.failure_messages()[-1]
@@ -113,12 +117,14 @@ def test_a_holder_that_never_leaves_unparks_the_plugin_and_uncordons(
 
 
 def test_a_budget_that_never_allows_the_eviction_fails_clearly_before_any_switch(
-        cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
     cluster.add_pod("trainer", limits={"hygon.com/dcu": "1"})
     cluster.pdb_refusals["trainer"] = None
 
-    run = run_playbook("enable_mig",
-                       extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_eviction_timeout=3))
+    run = run_playbook(
+        "enable_mig", extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_eviction_timeout=3)
+    )
 
     assert run.returncode != 0
     message = run.failure_messages()[-1]
@@ -133,22 +139,36 @@ def test_a_budget_that_never_allows_the_eviction_fails_clearly_before_any_switch
 
 
 def test_recover_restarts_a_plugin_serving_the_old_mode_and_deletes_lost_grants_on_request(
-        cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
     # The plugin pod started while the mode was off; then the driver's persisted mode came up
     # on (a boot that applied a switch). The running plugin holds /dev/kfd, so hy-smi cannot be
     # used here: set the simulated driver's mode file directly.
     with cluster.node.locked():
         (cluster.node.sim_dir / "mode").write_text("1\n")
-    grant = {"card": "0000:09:00.0", "profile": "2g.15gb", "placement": "0:1",
-             "uuid": "9e1c44b0-1d2b-4c4e-8f1a-2b3c4d5e6f70"}
-    cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1"},
-                    annotations={"hygon.com/dcu.partition.main": json.dumps(grant)})
+    grant = {
+        "card": "0000:09:00.0",
+        "profile": "2g.15gb",
+        "placement": "0:1",
+        "uuid": "9e1c44b0-1d2b-4c4e-8f1a-2b3c4d5e6f70",
+    }
+    cluster.add_pod(
+        "trainer",
+        limits={"hygon.com/dcu.partitioned": "1"},
+        annotations={"hygon.com/dcu.partition.main": json.dumps(grant)},
+    )
     cluster.add_pod("web", limits={"cpu": "1"})
     assert cluster.served_mode() == "disabled"
 
-    run = run_playbook("reboot_recovery", extra_vars=cluster_vars(
-        cluster, tmp_path, hygon_dcu_mig_state="enabled",
-        hygon_dcu_recover_delete_stale_pods=True))
+    run = run_playbook(
+        "reboot_recovery",
+        extra_vars=cluster_vars(
+            cluster,
+            tmp_path,
+            hygon_dcu_mig_state="enabled",
+            hygon_dcu_recover_delete_stale_pods=True,
+        ),
+    )
 
     assert run.returncode == 0, run.output
     assert cluster.plugin_starts == 2
@@ -159,9 +179,11 @@ def test_recover_restarts_a_plugin_serving_the_old_mode_and_deletes_lost_grants_
 
 
 def test_a_node_name_the_cluster_does_not_know_is_refused_before_anything_happens(
-        cluster: FakeCluster, tmp_path: Path) -> None:
-    run = run_playbook("enable_mig", extra_vars=cluster_vars(
-        cluster, tmp_path, hygon_dcu_node_name="gpu-node-404"))
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    run = run_playbook(
+        "enable_mig", extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_node_name="gpu-node-404")
+    )
 
     assert run.returncode != 0
     message = run.failure_messages()[-1]
@@ -172,17 +194,20 @@ def test_a_node_name_the_cluster_does_not_know_is_refused_before_anything_happen
 
 
 def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys_instances(
-        sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
     for args in (["-mig", "1"], ["mig", "-cgi", "2g.15gb", "-C", "-i", "0"]):
-        subprocess.run([str(simnode.HY_SMI_PATH), *args], env=sim_node.env(), check=True,
-                       capture_output=True)
+        subprocess.run(
+            [str(simnode.HY_SMI_PATH), *args], env=sim_node.env(), check=True, capture_output=True
+        )
     for cluster in running(FakeCluster(sim_node)):
         cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1"})
         cluster.add_pod("web", limits={"cpu": "1"})
         assert cluster.served_mode() == "enabled"
 
-        run = run_playbook("disable_mig", extra_vars=cluster_vars(
-            cluster, tmp_path, hygon_dcu_full_drain=True))
+        run = run_playbook(
+            "disable_mig", extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_full_drain=True)
+        )
 
         assert run.returncode == 0, run.output
         assert [key for key in cluster.pods if key[0] == "ml"] == []

@@ -21,46 +21,80 @@ LIVE_UUID = "3b2a1c9e-7f00-4c1d-9a55-0123456789ab"
 GONE_UUID = "9e1c44b0-1d2b-4c4e-8f1a-2b3c4d5e6f70"
 
 
-def pod(name: str, *, limits: dict[str, str] | None = None,
-        init_requests: dict[str, str] | None = None, phase: str = "Running",
-        owner: str = "ReplicaSet", annotations: dict[str, str] | None = None,
-        ) -> dict[str, Any]:
+def pod(
+    name: str,
+    *,
+    limits: dict[str, str] | None = None,
+    init_requests: dict[str, str] | None = None,
+    phase: str = "Running",
+    owner: str = "ReplicaSet",
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "nodeName": NODE,
-        "containers": [{"name": "main", "image": "registry.local/app:1",
-                        "resources": {"limits": limits} if limits else {}}],
+        "containers": [
+            {
+                "name": "main",
+                "image": "registry.local/app:1",
+                "resources": {"limits": limits} if limits else {},
+            }
+        ],
     }
     if init_requests:
-        spec["initContainers"] = [{"name": "warmup", "image": "registry.local/app:1",
-                                   "resources": {"requests": init_requests}}]
+        spec["initContainers"] = [
+            {
+                "name": "warmup",
+                "image": "registry.local/app:1",
+                "resources": {"requests": init_requests},
+            }
+        ]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}",
-                     "annotations": annotations or {},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": owner,
-                                          "name": f"{name}-owner", "uid": f"owner-{name}"}]},
+        "metadata": {
+            "name": name,
+            "namespace": "ml",
+            "uid": f"uid-{name}",
+            "annotations": annotations or {},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": owner,
+                    "name": f"{name}-owner",
+                    "uid": f"owner-{name}",
+                }
+            ],
+        },
         "spec": spec,
         "status": {"phase": phase},
     }
 
 
 def grant(uuid: str) -> dict[str, str]:
-    return {"hygon.com/dcu.partition.main": json.dumps(
-        {"card": "0000:09:00.0", "profile": "2g.15gb", "placement": "0:1", "uuid": uuid})}
+    return {
+        "hygon.com/dcu.partition.main": json.dumps(
+            {"card": "0000:09:00.0", "profile": "2g.15gb", "placement": "0:1", "uuid": uuid}
+        )
+    }
 
 
 PODS = [
-    pod("trainer", limits={"hygon.com/dcu.partitioned": "1",
-                           "hygon.com/dcu.partitioned.mig-2g.15gb": "1", "cpu": "2"},
-        annotations=grant(GONE_UUID)),
+    pod(
+        "trainer",
+        limits={
+            "hygon.com/dcu.partitioned": "1",
+            "hygon.com/dcu.partitioned.mig-2g.15gb": "1",
+            "cpu": "2",
+        },
+        annotations=grant(GONE_UUID),
+    ),
     pod("whole-card", limits={"hygon.com/dcu": "1"}),
     pod("init-only", init_requests={"hygon.com/dcu.partitioned": "1"}),
-    pod("healthy-partition", limits={"hygon.com/dcu.partitioned": "1"},
-        annotations=grant(LIVE_UUID)),
+    pod(
+        "healthy-partition", limits={"hygon.com/dcu.partitioned": "1"}, annotations=grant(LIVE_UUID)
+    ),
     pod("web", limits={"cpu": "1", "nvidia.com/gpu": "1"}),
-    pod("finished", limits={"hygon.com/dcu": "1"}, phase="Succeeded",
-        annotations=grant(GONE_UUID)),
+    pod("finished", limits={"hygon.com/dcu": "1"}, phase="Succeeded", annotations=grant(GONE_UUID)),
     pod("exporter", limits={"hygon.com/dcu": "1"}, owner="DaemonSet"),
 ]
 
@@ -68,13 +102,32 @@ PODS = [
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("mig_node_k8s") / "rendered.json"
-    variables = {"role_dir": str(ROLE), "out": str(out), "node_name": NODE, "pods": PODS,
-                 "live_uuids": [LIVE_UUID]}
+    variables = {
+        "role_dir": str(ROLE),
+        "out": str(out),
+        "node_name": NODE,
+        "pods": PODS,
+        "live_uuids": [LIVE_UUID],
+    }
     proc = subprocess.run(
-        [str(BIN / "ansible-playbook"), str(Path(__file__).with_name("render_k8s.yml")),
-         "-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}",
-         "-e", json.dumps(variables)],
-        capture_output=True, text=True, env=ansible_env(), cwd=REPO, check=False)
+        [
+            str(BIN / "ansible-playbook"),
+            str(Path(__file__).with_name("render_k8s.yml")),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={sys.executable}",
+            "-e",
+            json.dumps(variables),
+        ],
+        capture_output=True,
+        text=True,
+        env=ansible_env(),
+        cwd=REPO,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result: dict[str, Any] = json.loads(out.read_text())
     return result
@@ -97,8 +150,10 @@ def live_node() -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": NODE, "labels": {"hygon.com/dcu.present": "true",
-                                             "hygon.com/dcu.device-plugin": "parked"}},
+        "metadata": {
+            "name": NODE,
+            "labels": {"hygon.com/dcu.present": "true", "hygon.com/dcu.device-plugin": "parked"},
+        },
         "spec": {"unschedulable": True},
         "status": {"allocatable": {"hygon.com/dcu.partitioned": "8", "cpu": "64"}},
     }
@@ -111,7 +166,8 @@ def validate_everywhere(obj: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name", ["cordon", "uncordon", "park", "unpark"])
 def test_node_patches_are_valid_nodes_and_stay_valid_once_applied(
-        rendered: dict[str, Any], name: str) -> None:
+    rendered: dict[str, Any], name: str
+) -> None:
     patch = rendered[name]
     assert patch["kind"] == "Node"
     assert patch["metadata"]["name"] == NODE
@@ -121,8 +177,12 @@ def test_node_patches_are_valid_nodes_and_stay_valid_once_applied(
 
 def test_strict_validation_rejects_an_unknown_field() -> None:
     # Guards the guard: a misspelt field must not pass as "valid".
-    bad = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE},
-           "spec": {"unschedulabel": True}}
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": NODE},
+        "spec": {"unschedulabel": True},
+    }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(bad, VERSIONS[0], strict=True)
 
@@ -133,7 +193,8 @@ def test_cordon_and_uncordon_set_unschedulable(rendered: dict[str, Any]) -> None
 
 
 def test_park_sets_the_label_the_daemonset_excludes_and_unpark_removes_it(
-        rendered: dict[str, Any]) -> None:
+    rendered: dict[str, Any],
+) -> None:
     unparked = merge_patch(live_node(), rendered["unpark"])
     assert "hygon.com/dcu.device-plugin" not in unparked["metadata"]["labels"]
     assert unparked["metadata"]["labels"]["hygon.com/dcu.present"] == "true"
@@ -142,7 +203,8 @@ def test_park_sets_the_label_the_daemonset_excludes_and_unpark_removes_it(
 
 
 def test_pods_requesting_any_hygon_resource_are_chosen_for_eviction(
-        rendered: dict[str, Any]) -> None:
+    rendered: dict[str, Any],
+) -> None:
     chosen = [entry["name"] for entry in rendered["selection"]["evict"]]
     # Limits or init-container requests on any hygon.com/ resource; never finished pods,
     # other vendors' pods or DaemonSet pods (the cordon does not keep those away).
@@ -151,10 +213,15 @@ def test_pods_requesting_any_hygon_resource_are_chosen_for_eviction(
 
 
 def test_eviction_marks_are_valid_pod_patches_for_exactly_the_chosen_pods(
-        rendered: dict[str, Any]) -> None:
+    rendered: dict[str, Any],
+) -> None:
     marks = rendered["marks"]
     assert [(m["metadata"]["namespace"], m["metadata"]["name"]) for m in marks] == [
-        ("ml", "trainer"), ("ml", "whole-card"), ("ml", "init-only"), ("ml", "healthy-partition")]
+        ("ml", "trainer"),
+        ("ml", "whole-card"),
+        ("ml", "init-only"),
+        ("ml", "healthy-partition"),
+    ]
     by_name = {p["metadata"]["name"]: p for p in PODS}
     for mark in marks:
         assert mark["metadata"]["labels"] == {"hygon.com/dcu.evict": "true"}

@@ -22,8 +22,13 @@ VENDOR_BUSY = "Error: Set system level mig mode failed. The device is exist and 
 
 def hy_smi(node: simnode.SimNode, *args: str) -> str:
     """The simulator's hy-smi, used to set a node up without going through the role."""
-    proc = subprocess.run([str(simnode.HY_SMI_PATH), *args], env=node.env(), capture_output=True,
-                          text=True, check=True)
+    proc = subprocess.run(
+        [str(simnode.HY_SMI_PATH), *args],
+        env=node.env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return proc.stdout
 
 
@@ -32,7 +37,7 @@ def task_result(run: PlaybookRun, task: str) -> str:
     lines = run.output.splitlines()
     for index, line in enumerate(lines):
         if line.startswith("TASK [") and f": {task}]" in line:
-            for result in lines[index + 1:]:
+            for result in lines[index + 1 :]:
                 if result.startswith(("ok:", "changed:", "skipping:", "fatal:")):
                     return result
     raise AssertionError(f"task {task!r} not found in:\n{run.output}")
@@ -44,12 +49,16 @@ def final_failure(run: PlaybookRun) -> str:
     return messages[-1]
 
 
-def test_check_mode_predicts_the_change_and_leaves_the_node_alone(sim_node: simnode.SimNode,
-                                                                   ) -> None:
+def test_check_mode_predicts_the_change_and_leaves_the_node_alone(
+    sim_node: simnode.SimNode,
+) -> None:
     # Every value as a string: that is how AWX survey answers and -e key=value arrive.
-    as_strings = {key: value if isinstance(value, dict) else str(value).lower()
-                  for key, value in node_vars(sim_node, hygon_dcu_holders_timeout=5,
-                                              hygon_dcu_serial=1).items()}
+    as_strings = {
+        key: value if isinstance(value, dict) else str(value).lower()
+        for key, value in node_vars(
+            sim_node, hygon_dcu_holders_timeout=5, hygon_dcu_serial=1
+        ).items()
+    }
     assert as_strings["hygon_dcu_manage_kubernetes"] == "false"
 
     check = run_playbook("enable_mig", "--check", extra_vars=as_strings)
@@ -72,15 +81,17 @@ def test_check_mode_predicts_the_change_and_leaves_the_node_alone(sim_node: simn
     assert sim_node.registry_dir.is_dir()
 
     # The fleet playbook (entry point main, mode from the variable) now has nothing to do.
-    again = run_playbook("converge", "--check",
-                         extra_vars={**as_strings, "hygon_dcu_mig_state": "enabled"})
+    again = run_playbook(
+        "converge", "--check", extra_vars={**as_strings, "hygon_dcu_mig_state": "enabled"}
+    )
     assert again.returncode == 0, again.output
     assert again.changed == 0
     assert "partition mode is already enabled; nothing to do" in again.output
 
 
 def test_a_kfd_holder_that_never_leaves_times_out_with_the_node_described(
-        sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]) -> None:
+    sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]
+) -> None:
     holder = kfd_holder(sim_node.kfd)
 
     run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, hygon_dcu_holders_timeout=2))
@@ -112,7 +123,8 @@ def test_hy_smi_refusing_leaves_the_mode_and_says_so(sim_node: simnode.SimNode) 
 
 
 def test_a_switch_that_reports_an_error_but_happened_is_described_as_happened(
-        sim_node: simnode.SimNode) -> None:
+    sim_node: simnode.SimNode,
+) -> None:
     sim_node.hysmi_output("Error: unexpected driver answer", exit_code=1, apply=True)
 
     run = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
@@ -126,15 +138,15 @@ def test_a_switch_that_reports_an_error_but_happened_is_described_as_happened(
 
 
 def test_an_instance_held_during_disable_is_reported_and_kept(
-        sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]) -> None:
+    sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]
+) -> None:
     hy_smi(sim_node, "-mig", "1")
     hy_smi(sim_node, "mig", "-cgi", "2g.15gb", "-C", "-i", "0")
     (instance,) = sim_node.status().compute_instances
     # A workload uses its partition through the conf file (the simulator's IN_USE rule).
     kfd_holder(sim_node.ci_conf(instance.card, instance.gpu_instance_id))
 
-    run = run_playbook("disable_mig",
-                       extra_vars=node_vars(sim_node, hygon_dcu_instances_timeout=2))
+    run = run_playbook("disable_mig", extra_vars=node_vars(sim_node, hygon_dcu_instances_timeout=2))
 
     assert run.returncode != 0
     message = final_failure(run)
@@ -147,14 +159,16 @@ def test_an_instance_held_during_disable_is_reported_and_kept(
 
 
 def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
-        sim_node: simnode.SimNode) -> None:
+    sim_node: simnode.SimNode,
+) -> None:
     hy_smi(sim_node, "-mig", "1")
     # What a container runtime leaves when asked to bind a conf file that does not exist.
     poison = sim_node.ci_dir / "dev0gi4ci0.conf"
     poison.mkdir(parents=True)
 
-    run = run_playbook("reboot_recovery",
-                       extra_vars=node_vars(sim_node, hygon_dcu_mig_state="disabled"))
+    run = run_playbook(
+        "reboot_recovery", extra_vars=node_vars(sim_node, hygon_dcu_mig_state="disabled")
+    )
 
     assert run.returncode != 0
     assert not poison.exists()
@@ -165,7 +179,8 @@ def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
 
 
 def test_a_driver_without_virtualization_support_is_refused_before_anything_happens(
-        sim_node_factory: Callable[..., simnode.SimNode]) -> None:
+    sim_node_factory: Callable[..., simnode.SimNode],
+) -> None:
     node = sim_node_factory(virtualization=False)
 
     run = run_playbook("enable_mig", extra_vars=node_vars(node))
@@ -186,7 +201,8 @@ def test_a_driver_without_virtualization_support_is_refused_before_anything_happ
     ],
 )
 def test_bad_survey_answers_are_refused_before_anything_happens(
-        sim_node: simnode.SimNode, overrides: dict[str, str], expected: str) -> None:
+    sim_node: simnode.SimNode, overrides: dict[str, str], expected: str
+) -> None:
     run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, **overrides))
 
     assert run.returncode != 0
@@ -195,10 +211,15 @@ def test_bad_survey_answers_are_refused_before_anything_happens(
 
 
 @pytest.mark.parametrize("hy_smi_path", ["{root}/opt/hyhal/bin/no-hy-smi", "no-such-hy-smi"])
-def test_a_missing_hy_smi_is_refused_before_anything_happens(sim_node: simnode.SimNode,
-                                                             hy_smi_path: str) -> None:
-    run = run_playbook("enable_mig", extra_vars=node_vars(
-        sim_node, hygon_dcu_hy_smi_path=hy_smi_path.format(root=sim_node.root)))
+def test_a_missing_hy_smi_is_refused_before_anything_happens(
+    sim_node: simnode.SimNode, hy_smi_path: str
+) -> None:
+    run = run_playbook(
+        "enable_mig",
+        extra_vars=node_vars(
+            sim_node, hygon_dcu_hy_smi_path=hy_smi_path.format(root=sim_node.root)
+        ),
+    )
 
     assert run.returncode != 0
     message = final_failure(run)
@@ -228,8 +249,10 @@ def test_a_missing_target_is_refused_with_the_fix(sim_node: simnode.SimNode) -> 
 
 def test_nothing_waits_for_a_person() -> None:
     # No prompts, no untimed pauses: AWX runs these unattended.
-    files = [REPO / "playbooks" / f"{name}.yml"
-             for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge")]
+    files = [
+        REPO / "playbooks" / f"{name}.yml"
+        for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge")
+    ]
     files += sorted((REPO / "roles" / "mig_node").rglob("*.yml"))
     for path in files:
         text = path.read_text()

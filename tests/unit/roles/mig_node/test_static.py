@@ -1,6 +1,6 @@
 """Static checks of the mig_node role, its playbooks and the AWX execution environment:
 syntax, ansible-lint (production profile), the argument spec against the defaults, and
-`ansible-builder create` on meta/execution-environment.yml (offline)."""
+`ansible-builder create` on meta/ee/execution-environment.yml (offline)."""
 
 from __future__ import annotations
 
@@ -13,25 +13,38 @@ import yaml
 
 from .runner import BIN, REPO, ROLE, ansible_env
 
-PLAYBOOKS = [REPO / "playbooks" / f"{name}.yml"
-             for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge")]
+PLAYBOOKS = [
+    REPO / "playbooks" / f"{name}.yml"
+    for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge")
+]
 ENTRY_POINTS = {"main", "enable", "disable", "recover"}
 
 
 def run(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=cwd,
-                          check=False)
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=ansible_env(), cwd=cwd, check=False
+    )
 
 
 def test_playbooks_pass_syntax_check() -> None:
-    proc = run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,",
-                *map(str, PLAYBOOKS)])
+    proc = run(
+        [str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,", *map(str, PLAYBOOKS)]
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_role_playbooks_and_scenarios_pass_ansible_lint_production() -> None:
-    proc = run([str(BIN / "ansible-lint"), "--nocolor", "--profile", "production",
-                str(ROLE), *map(str, PLAYBOOKS), str(REPO / "molecule")])
+    proc = run(
+        [
+            str(BIN / "ansible-lint"),
+            "--nocolor",
+            "--profile",
+            "production",
+            str(ROLE),
+            *map(str, PLAYBOOKS),
+            str(REPO / "molecule"),
+        ]
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -46,21 +59,40 @@ def test_every_entry_point_has_its_task_file_and_documents_every_default() -> No
             assert option["default"] == defaults[name], name
 
 
-def test_execution_environment_definition_is_accepted_by_ansible_builder(tmp_path: Path,
-                                                                         ) -> None:
-    # The definition refers to ../.build/ee-collection: lay the same tree out in tmp_path.
-    meta = tmp_path / "meta"
-    meta.mkdir()
-    definition = yaml.safe_load((REPO / "meta" / "execution-environment.yml").read_text())
+def test_execution_environment_definition_is_accepted_by_ansible_builder(
+    tmp_path: Path,
+) -> None:
+    # The definition refers to ../../.build/ee-collection: lay the same tree out in tmp_path.
+    ee_dir = tmp_path / "meta" / "ee"
+    ee_dir.mkdir(parents=True)
+    definition = yaml.safe_load((REPO / "meta" / "ee" / "execution-environment.yml").read_text())
     for name in (definition["dependencies"]["galaxy"], definition["dependencies"]["python"]):
-        shutil.copy(REPO / "meta" / name, meta / name)
-    shutil.copy(REPO / "meta" / "execution-environment.yml", meta)
-    built = run([str(BIN / "ansible-galaxy"), "collection", "build", "--force",
-                 "--output-path", str(tmp_path / ".build" / "ee-collection"), str(REPO)])
+        shutil.copy((REPO / "meta" / "ee" / name).resolve(), (ee_dir / name).resolve())
+    shutil.copy(REPO / "meta" / "ee" / "execution-environment.yml", ee_dir)
+    built = run(
+        [
+            str(BIN / "ansible-galaxy"),
+            "collection",
+            "build",
+            "--force",
+            "--output-path",
+            str(tmp_path / ".build" / "ee-collection"),
+            str(REPO),
+        ]
+    )
     assert built.returncode == 0, built.stdout + built.stderr
 
-    proc = run([str(BIN / "ansible-builder"), "create", "-f", "meta/execution-environment.yml",
-                "-c", "context"], cwd=tmp_path)
+    proc = run(
+        [
+            str(BIN / "ansible-builder"),
+            "create",
+            "-f",
+            "meta/ee/execution-environment.yml",
+            "-c",
+            "context",
+        ],
+        cwd=tmp_path,
+    )
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     containerfile = (tmp_path / "context" / "Containerfile").read_text()
@@ -68,7 +100,8 @@ def test_execution_environment_definition_is_accepted_by_ansible_builder(tmp_pat
     assert "ansible-galaxy collection install --offline --no-deps" in containerfile
     assert list((tmp_path / "context" / "_build" / "hygon-dcu").glob("hygon-dcu-*.tar.gz"))
     requirements = yaml.safe_load(
-        (tmp_path / "context" / "_build" / "requirements.yml").read_text())
+        (tmp_path / "context" / "_build" / "requirements.yml").read_text()
+    )
     assert [c["name"] for c in requirements["collections"]] == ["kubernetes.core"]
 
 
@@ -81,8 +114,9 @@ def test_molecule_scenarios_are_offline(scenario: str) -> None:
 def awx_setup_playbook() -> str:
     text = (REPO / "docs" / "awx.md").read_text()
     blocks = text.split("```yaml\n")[1:]
-    (playbook,) = [block.split("```")[0] for block in blocks
-                   if "name: Configure AWX for hygon.dcu" in block]
+    (playbook,) = [
+        block.split("```")[0] for block in blocks if "name: Configure AWX for hygon.dcu" in block
+    ]
     return playbook
 
 
@@ -95,11 +129,20 @@ def test_the_documented_awx_setup_is_a_valid_playbook(tmp_path: Path) -> None:
 
 def test_the_documented_survey_asks_only_for_role_inputs() -> None:
     plays = yaml.safe_load(awx_setup_playbook())
-    (template,) = [task["awx.awx.job_template"] for task in plays[0]["tasks"]
-                   if "awx.awx.job_template" in task]
+    (template,) = [
+        task["awx.awx.job_template"] for task in plays[0]["tasks"] if "awx.awx.job_template" in task
+    ]
     assert (REPO / template["playbook"]).is_file()
     asked = {question["variable"] for question in template["survey_spec"]["spec"]}
     specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
     playbook_inputs = {"target", "hygon_dcu_serial"}
     assert asked - playbook_inputs <= set(specs["enable"]["options"])
     assert "target" in asked
+
+
+def test_collection_dependency_declaration_points_at_real_files() -> None:
+    """ansible-builder reads meta/execution-environment.yml of an installed collection with paths
+    relative to the collection root."""
+    declaration = yaml.safe_load((REPO / "meta" / "execution-environment.yml").read_text())
+    for kind, relative in declaration["dependencies"].items():
+        assert (REPO / relative).is_file(), (kind, relative)
