@@ -62,7 +62,8 @@ KEYS = {f.name: f for f in fields(Settings)}
 
 FILE_HELP = """\
 config file (--config, YAML mapping; flags override it; every key is optional):
-  host_root             the host's / as the plugin sees it (default /; /host in the image)
+  host_root             the host's / as the plugin sees it (default /: the DaemonSet mounts
+                        every host path at its own path)
   answer_root           prefix of host paths in Allocate answers (default /; only a simulated
                         node, whose container runtime shares the test machine, sets it)
   library_path          libhydmi_mig.so.1 to load (default: search path, /opt/hyhal/lib,
