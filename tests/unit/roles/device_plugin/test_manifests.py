@@ -30,6 +30,7 @@ def test_renders_every_object_in_apply_order(default_render: RoleRun) -> None:
         ("Secret", "hygon-dcu-admission-tls"),
         ("Service", "hygon-dcu-admission"),
         ("Deployment", "hygon-dcu-admission"),
+        ("PodDisruptionBudget", "hygon-dcu-admission"),
         # last: never points at a webhook that is not rolled out yet
         ("ValidatingWebhookConfiguration", "hygon-dcu-admission"),
     ]

@@ -1,0 +1,158 @@
+"""The role's cluster path (server-side apply, rollout waits, the webhook Secret read back,
+state absent) against fake_apiserver_ssa.FakeApiServer, an in-process API server.
+
+One cluster serves the whole module, in order: install, install again, compare with render
+mode, remove. A second cluster whose Deployment never rolls out checks the rollout wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .fake_apiserver_ssa import APPLY_PATCH, FakeApiServer, running, without_server_fields
+from .render import RoleRun, run_role
+
+FIELD_MANAGER = "hygon.dcu"
+NAMESPACE = "hygon-dcu-system"
+
+# Several playbook runs against the fake: tens of seconds.
+pytestmark = pytest.mark.slow
+
+
+def _cluster_run(api: FakeApiServer, tmp_path: Path, **extra_vars: Any) -> RoleRun:
+    """The playbook against the fake: no render dir, the fake's kubeconfig."""
+    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    return run_role(
+        tmp_path / "unused",
+        hygon_dcu_device_plugin_render_dir="",
+        hygon_dcu_kubeconfig=str(kubeconfig),
+        **extra_vars,
+    )
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
+    metadata = obj["metadata"]
+    return obj["kind"], metadata.get("namespace", ""), metadata["name"]
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[FakeApiServer]:
+    yield from running(FakeApiServer())
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cluster")
+
+
+@pytest.fixture(scope="module")
+def installed(api: FakeApiServer, workdir: Path) -> RoleRun:
+    run = _cluster_run(api, workdir)
+    assert run.returncode == 0, run.output
+    return run
+
+
+def test_install_applies_every_object_server_side(
+    api: FakeApiServer, installed: RoleRun, default_render: RoleRun
+) -> None:
+    assert installed.changed and installed.changed > 0
+    rendered = [_key(obj) for obj in default_render.objects()]
+    applied = [event.removeprefix("apply ") for event in api.events if event.startswith("apply ")]
+    assert applied == [f"{kind}/{name}" for kind, _namespace, name in rendered]
+    assert sorted(api.objects) == sorted(rendered)
+    writes = [request for request in api.requests if request.method != "GET"]
+    assert writes
+    for request in writes:
+        assert request.method == "PATCH", request
+        assert request.content_type == APPLY_PATCH, request
+        assert request.query.get("fieldManager") == FIELD_MANAGER, request
+        assert request.query.get("force") == "true", request
+
+
+def test_install_waits_for_rollouts_before_the_webhook_configuration(
+    api: FakeApiServer, installed: RoleRun
+) -> None:
+    events = api.events
+    assert installed.returncode == 0
+    for kind, name in (
+        ("DaemonSet", "hygon-dcu-device-plugin"),
+        ("Deployment", "hygon-dcu-admission"),
+    ):
+        assert events.index(f"apply {kind}/{name}") < events.index(f"rolled out {kind}/{name}")
+    assert events.index("rolled out Deployment/hygon-dcu-admission") < events.index(
+        "apply ValidatingWebhookConfiguration/hygon-dcu-admission"
+    )
+
+
+def test_second_install_changes_nothing(
+    api: FakeApiServer, installed: RoleRun, workdir: Path
+) -> None:
+    assert installed.returncode == 0
+    before = {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
+    secret = api.get("Secret", "hygon-dcu-admission-tls", NAMESPACE)
+    events = len(api.events)
+
+    second = _cluster_run(api, workdir)
+
+    assert second.returncode == 0, second.output
+    assert second.changed == 0, second.output
+    assert api.events[events:] == []
+    assert {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()} == before
+    # the serving certificate was read back from the cluster and kept
+    assert api.get("Secret", "hygon-dcu-admission-tls", NAMESPACE) == secret
+
+
+def test_cluster_holds_what_render_mode_writes(
+    api: FakeApiServer, installed: RoleRun, tmp_path: Path
+) -> None:
+    assert installed.returncode == 0
+    secret = api.get("Secret", "hygon-dcu-admission-tls", NAMESPACE)
+    assert secret is not None
+    # render mode reads the Secret of an earlier render as apply mode reads the cluster's
+    render_dir = tmp_path / "render"
+    render_dir.mkdir(mode=0o700)
+    (render_dir / "manifests.yaml").write_text(yaml.safe_dump(without_server_fields(secret)))
+
+    rendered = run_role(render_dir)
+
+    assert rendered.returncode == 0, rendered.output
+    stored = [without_server_fields(api.objects[_key(obj)]) for obj in rendered.objects()]
+    assert stored == rendered.objects()
+
+
+def test_absent_removes_every_object(api: FakeApiServer, installed: RoleRun, workdir: Path) -> None:
+    assert installed.returncode == 0
+    assert api.objects
+
+    removed = _cluster_run(api, workdir, hygon_dcu_device_plugin_state="absent")
+
+    assert removed.returncode == 0, removed.output
+    assert removed.changed and removed.changed > 0
+    assert api.objects == {}
+    deletes = [request for request in api.requests if request.method == "DELETE"]
+    assert deletes
+    for request in deletes:
+        assert (request.body or {}).get("propagationPolicy") == "Foreground", request
+    assert api.events[-1] == f"delete Namespace/{NAMESPACE}"
+
+
+@pytest.fixture
+def stalled_api() -> Iterator[FakeApiServer]:
+    yield from running(FakeApiServer(stalled_kinds=frozenset({"Deployment"})))
+
+
+def test_webhook_configuration_waits_for_a_rolled_out_deployment(
+    stalled_api: FakeApiServer, tmp_path: Path
+) -> None:
+    run = _cluster_run(stalled_api, tmp_path, hygon_dcu_device_plugin_wait_timeout=1)
+
+    assert run.returncode != 0
+    assert "Timed out waiting on resource" in run.output
+    assert stalled_api.get("Deployment", "hygon-dcu-admission", NAMESPACE) is not None
+    # failurePolicy Fail: pointing pods at a webhook with no ready pod would refuse them all
+    assert stalled_api.get("ValidatingWebhookConfiguration", "hygon-dcu-admission") is None
