@@ -162,6 +162,10 @@ class Node:
     def __init__(self, host_root: str = "/", library_path: str | None = None) -> None:
         self.host_root = host_root
         self.library = HydmiLibrary(host_root, library_path)
+        # A card's profile table is fixed by the driver install; it changes only across a reboot
+        # or reinstall, which start a new process (and a new Node). Sweeping it on every call
+        # was most of the library calls of an Allocate (bench/allocator_cost.py).
+        self._profile_tables: dict[tuple[int, int], tuple[Profile, ...]] = {}
 
     # Registry and host paths
     def host_path(self, canonical: str) -> str:
@@ -223,7 +227,7 @@ class Node:
             cu_attribute = attributes.cu_count
             memory_mib = attributes.memory_size_MB
             model = text_field(attributes.name) or None
-            profiles = self._profiles(device, slice_count)
+            profiles = self._profiles(index, device, slice_count)
             for live in self._gpu_instances(device, profiles):
                 placement = live.info.placement
                 occupied.update(range(placement.start, placement.start + placement.size))
@@ -261,7 +265,16 @@ class Node:
         if found != index:
             errors.append(f"registry dev{index} names {pci}, which the library calls card {found}")
 
-    def _profiles(self, device: ctypes.c_void_p, slice_count: int) -> tuple[Profile, ...]:
+    def _profiles(
+        self, index: int, device: ctypes.c_void_p, slice_count: int
+    ) -> tuple[Profile, ...]:
+        """Card ``index``'s profile table, swept once per Node (see ``_profile_tables``)."""
+        key = (index, slice_count)
+        if key not in self._profile_tables:
+            self._profile_tables[key] = self._sweep_profiles(device, slice_count)
+        return self._profile_tables[key]
+
+    def _sweep_profiles(self, device: ctypes.c_void_p, slice_count: int) -> tuple[Profile, ...]:
         """Sweep widths 1..slice_count; a width the driver does not offer is a gap."""
         profiles: list[Profile] = []
         for width in range(1, slice_count + 1):
@@ -346,7 +359,7 @@ class Node:
         for index in indices:
             device = self.library.device_by_index(index)
             attributes = self.library.device_attributes(device)
-            profiles = self._profiles(device, attributes.gpu_instance_slice_count)
+            profiles = self._profiles(index, device, attributes.gpu_instance_slice_count)
             pci = registry.cards.get(index)
             for live in self._gpu_instances(device, profiles):
                 placement = Placement(live.info.placement.start, live.info.placement.size)
@@ -400,7 +413,7 @@ class Node:
         lib = self.library
         device = lib.device_by_index(card_index)
         attributes = lib.device_attributes(device)
-        profiles = self._profiles(device, attributes.gpu_instance_slice_count)
+        profiles = self._profiles(card_index, device, attributes.gpu_instance_slice_count)
         profile = next((p for p in profiles if p.id == profile_id), None)
         if profile is None:
             offered = ", ".join(f"{p.name} (id {p.id})" for p in profiles) or "none"

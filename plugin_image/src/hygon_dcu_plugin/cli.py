@@ -88,7 +88,11 @@ def _serve(args: argparse.Namespace) -> int:
             "health": settings.health_address,
         },
     )
-    stop.wait()
+    # Wake up now and then: Linux may deliver SIGTERM to one of gRPC's threads, and Python runs
+    # the handler only when the main thread next executes bytecode. An untimed wait could then
+    # sleep through the signal, and the mig_node role waits for this pod to be gone.
+    while not stop.wait(0.5):
+        pass
     runtime.stop()
     health.stop()
     return 0
