@@ -26,6 +26,7 @@ import yaml
 from hygon_dcu_plugin.kube import API_ACCESS
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
+from plugin_harness import minirun_spec
 
 from .conftest import REPO, podman
 from .fake_apiserver import FakeApiServer
@@ -261,29 +262,7 @@ def test_container_registers_advertises_and_allocates(
     assert visible.startswith("MIG-")
 
     spec = tmp_path / "spec.json"
-    spec.write_text(
-        json.dumps(
-            {
-                "envs": dict(response.envs),
-                "mounts": [
-                    {
-                        "container_path": m.container_path,
-                        "host_path": m.host_path,
-                        "read_only": m.read_only,
-                    }
-                    for m in response.mounts
-                ],
-                "devices": [
-                    {
-                        "container_path": d.container_path,
-                        "host_path": d.host_path,
-                        "permissions": d.permissions,
-                    }
-                    for d in response.devices
-                ],
-            }
-        )
-    )
+    spec.write_text(json.dumps(minirun_spec(response)))
     probe = subprocess.run(
         [sys.executable, str(simnode.MINIRUN_PATH), str(spec), "--", "dcu-probe"],
         env=deployment.sim.env(),

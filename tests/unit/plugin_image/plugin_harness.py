@@ -23,6 +23,25 @@ from hygon_dcu_plugin.runtime import Runtime
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
 
 
+def minirun_spec(response: pb.ContainerAllocateResponse) -> dict[str, object]:
+    """An Allocate answer in tests/simulator/minirun's input format (what a runtime applies)."""
+    return {
+        "envs": dict(response.envs),
+        "mounts": [
+            {"container_path": m.container_path, "host_path": m.host_path, "read_only": m.read_only}
+            for m in response.mounts
+        ],
+        "devices": [
+            {
+                "container_path": d.container_path,
+                "host_path": d.host_path,
+                "permissions": d.permissions,
+            }
+            for d in response.devices
+        ],
+    }
+
+
 def make_node(
     root: Path, model: str = "c3000-bw", cards: int = 8, mode_on: bool = True
 ) -> simnode.SimNode:
@@ -159,27 +178,5 @@ class Harness:
         return sorted((i.pci or "", i.placement.start, i.uuid) for i in found)
 
     def spec_file(self, response: pb.ContainerAllocateResponse, path: Path) -> Path:
-        path.write_text(
-            json.dumps(
-                {
-                    "envs": dict(response.envs),
-                    "mounts": [
-                        {
-                            "container_path": m.container_path,
-                            "host_path": m.host_path,
-                            "read_only": m.read_only,
-                        }
-                        for m in response.mounts
-                    ],
-                    "devices": [
-                        {
-                            "container_path": d.container_path,
-                            "host_path": d.host_path,
-                            "permissions": d.permissions,
-                        }
-                        for d in response.devices
-                    ],
-                }
-            )
-        )
+        path.write_text(json.dumps(minirun_spec(response)))
         return path

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from hygon_dcu_plugin.advertise import (
     healthy_count,
     partition_plan,
@@ -12,26 +10,7 @@ from hygon_dcu_plugin.advertise import (
 )
 from hygon_dcu_plugin.placement import CardView
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
-
-
-@dataclass(frozen=True)
-class P:
-    start: int
-    size: int
-
-
-@dataclass(frozen=True)
-class Prof:
-    name: str
-    slices: int
-    placements: tuple[P, ...]
-
-
-BW = (
-    Prof("2g", 1, tuple(P(s, 1) for s in range(4))),
-    Prof("4g", 2, (P(0, 2), P(2, 2))),
-    Prof("8g", 4, (P(0, 4),)),
-)
+from profile_tables import BW
 
 
 def card(index: int, occupied: set[int]) -> CardView:

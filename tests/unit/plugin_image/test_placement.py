@@ -2,32 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
 from hygon_dcu_plugin.placement import CardView, choose, free_placements, remaining
 from hypothesis import given
 from hypothesis import strategies as st
+from profile_tables import BW, P, Prof
 
-
-@dataclass(frozen=True)
-class P:
-    start: int
-    size: int
-
-
-@dataclass(frozen=True)
-class Prof:
-    name: str
-    slices: int
-    placements: tuple[P, ...]
-
-
-BW = (
-    Prof("2g", 1, tuple(P(s, 1) for s in range(4))),
-    Prof("4g", 2, (P(0, 2), P(2, 2))),
-    Prof("8g", 4, (P(0, 4),)),
-)
 # Invented table: 6 slices, an unaligned 3-slice profile, overlapping legal placements.
 ODD = (
     Prof("1s", 1, tuple(P(s, 1) for s in range(6))),
