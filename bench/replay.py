@@ -8,8 +8,9 @@ the kubelet has already admitted the pod, so the allocator cannot hold a request
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hygon_dcu_plugin.placement import CardView, occupied_by
 
@@ -26,6 +27,7 @@ class Outcome:
     # Refused while the node had at least as many free slices as asked for: slices x duration.
     stranded_slice_time: float
     stranded_refusals: int
+    refused: Counter[str] = field(default_factory=Counter)  # refused requests by profile
 
     @property
     def acceptance(self) -> float:
@@ -52,6 +54,7 @@ def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Pol
     accepted = 0
     offered = stranded = 0.0
     stranded_refusals = 0
+    refused: Counter[str] = Counter()
     for request in sorted(requests, key=lambda r: (r.arrive, r.id)):
         while departures and departures[0][0] <= request.arrive:
             _ignored, rid, index = heapq.heappop(departures)
@@ -59,6 +62,7 @@ def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Pol
         offered += request.slices * request.duration
         decision = policy(card_views(card, live), request.profile)
         if decision is None:
+            refused[request.profile] += 1
             if free_slices >= request.slices:
                 stranded += request.slices * request.duration
                 stranded_refusals += 1
@@ -72,4 +76,4 @@ def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Pol
         free_slices -= placement.size
         accepted += 1
         heapq.heappush(departures, (request.depart, request.id, index))
-    return Outcome(len(requests), accepted, offered, stranded, stranded_refusals)
+    return Outcome(len(requests), accepted, offered, stranded, stranded_refusals, refused)

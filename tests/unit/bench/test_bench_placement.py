@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import optimum, placement_quality
+from bench import milp_optimum, optimum, placement_quality
 from bench.policies import POLICIES, first_fit
 from bench.replay import replay
 from bench.tables import CardModel, discover
@@ -46,8 +46,43 @@ def test_bounds_on_a_hand_worked_stream(bw: CardModel) -> None:
     # so x = 3/4 and the value 2.75 rounds down to 2.
     requests = [_req(0, 0.0, 10.0, bw, 4), _req(1, 1.0, 2.0, bw, 1), _req(2, 3.0, 4.0, bw, 1)]
     assert optimum.exact(bw, 1, requests, forced=True) == 1
+    assert milp_optimum.solve(bw, 1, requests, node_limit=100).accepted == 1
     assert optimum.exact(bw, 1, requests, forced=False) == 2
     assert optimum.lp_bound(bw, 1, requests) == 2
+
+
+def test_the_optimum_turns_a_whole_card_request_away_by_occupying_every_card(
+    bw: CardModel,
+) -> None:
+    # Two cards. Two long 1-slice requests, then a long whole-card one, then six long 1-slice
+    # ones. Ours packs the second 1-slice request next to the first, so the whole-card request
+    # fits on the empty card and takes it: only 2 of the 6 later ones fit. The optimum puts the
+    # second one on the other card, so the whole-card request is refused (forced admission
+    # allows that: it fits nowhere) and all 6 later ones fit.
+    requests = [_req(0, 0.0, 10.0, bw, 1), _req(1, 0.5, 10.0, bw, 1), _req(2, 1.0, 10.0, bw, 4)]
+    requests += [_req(3 + i, 2.0 + i / 10, 10.0, bw, 1) for i in range(6)]
+    ours = replay(bw, 2, requests, POLICIES["ours (pack)"])
+    assert (ours.accepted, dict(ours.refused)) == (5, {"2g.15gb": 4})
+    solved = milp_optimum.solve(bw, 2, requests, node_limit=1000)
+    assert (solved.accepted, solved.proven, dict(solved.refused)) == (8, True, {"8g.63gb": 1})
+    assert optimum.exact(bw, 2, requests, forced=True) == 8
+
+
+@pytest.mark.parametrize("model", ["c3000-bw", "hypo-x8"])
+def test_the_integer_program_agrees_with_the_exhaustive_search(model: str) -> None:
+    # Two independent methods for the same optimum: memoised search and HiGHS.
+    card = discover(model)
+    for cards in (1, 2):
+        for mix in MIXES:
+            size = 8 if (cards, card.slice_count) == (2, 8) else 10
+            requests = stream(card, cards, mix, 1.0, size, seed_for("milp", model, cards, mix))
+            solved = milp_optimum.solve(card, cards, requests, node_limit=10_000)
+            assert solved.proven, (cards, mix)
+            assert solved.accepted == optimum.exact(card, cards, requests, forced=True), (
+                cards,
+                mix,
+            )
+            assert sum(solved.refused.values()) == len(requests) - solved.accepted
 
 
 def test_stranded_slices_and_the_repacking_reference(bw: CardModel) -> None:
@@ -101,10 +136,18 @@ def test_streams_are_seeded_and_match_the_offered_load(bw: CardModel) -> None:
 
 
 def test_same_command_prints_the_same_placement_results_twice() -> None:
-    tiny = placement_quality.Scale(load=1.0, node_streams=1, node_requests=40, small=((1, 2, 6),))
+    tiny = placement_quality.Scale(
+        load=1.0,
+        node_streams=1,
+        node_requests=40,
+        small=((1, 2, 6),),
+        exact_streams=1,
+        exact_requests=14,
+    )
     first = placement_quality.run(scale=tiny)
     assert first == placement_quality.run(scale=tiny)
     assert "ours (pack) >= baseline on every mix" in first
+    assert "8 card hypo-x8 bursty" in first  # the integer-program table ran
     for model in ("c3000-bw", "hypo-x8"):
         for mix in MIXES:
             assert f"{model} {mix} | LP bound" in first

@@ -8,8 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 import simnode
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Node
 from plugin_harness import Harness
 
 
@@ -214,3 +215,30 @@ def test_event_driven_reclaim_within_one_resync(harness: Harness) -> None:
         assert harness.reclaimer.passes > passes
     finally:
         harness.runtime.stop()
+
+
+def test_a_teardown_enumerates_the_cards_once_per_pass(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Enumerating the cards is a sweep of library calls; once per dropped record made a
+    # teardown of N records cost N sweeps (bench/allocator_cost.py measured it).
+    node = harness.reclaimer.node
+    sweeps: list[int] = []
+    real_cards = node.cards
+
+    def counted_cards() -> list[Card]:
+        sweeps.append(1)
+        return list(real_cards())
+
+    monkeypatch.setattr(node, "cards", counted_cards)
+    per_pass = []
+    for names in (["a"], ["b", "c", "d"]):
+        for name in names:
+            harness.admit(name)
+            harness.finish(name)
+        sweeps.clear()
+        report = harness.reclaimer.run_pass()
+        assert len(report.destroyed) == len(names)
+        per_pass.append(len(sweeps))
+    assert harness.node.instances() == []
+    assert per_pass[0] == per_pass[1]
