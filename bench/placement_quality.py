@@ -127,18 +127,19 @@ def _streams(
         yield stream(card, cards, mix, load, requests, seed_for(card.model, cards, mix, replica))
 
 
+def _empty_cell(model: str, mix: str, policies: dict[str, Policy], *references: str) -> Cell:
+    return Cell(
+        model, mix, {name: Tally() for name in policies}, {ref: Tally() for ref in references}
+    )
+
+
 def node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
     cells = []
     for model in MODELS:
         card = discover(model)
         for mix in MIXES:
             progress(f"8 cards {model} {mix}")
-            cell = Cell(
-                model,
-                mix,
-                {name: Tally() for name in policies},
-                {"repacking (ref.)": Tally(), "LP bound": Tally()},
-            )
+            cell = _empty_cell(model, mix, policies, "repacking (ref.)", "LP bound")
             for requests in _streams(
                 card, 8, mix, scale.load, scale.node_streams, scale.node_requests
             ):
@@ -161,12 +162,7 @@ def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Ce
             card = discover(model)
             for mix in MIXES:
                 progress(f"{cards} card(s) {model} {mix}")
-                cell = Cell(
-                    model,
-                    mix,
-                    {name: Tally() for name in policies},
-                    {"optimum": Tally(), "LP bound": Tally()},
-                )
+                cell = _empty_cell(model, mix, policies, "optimum", "LP bound")
                 for requests in _streams(card, cards, mix, scale.load, count, size):
                     try:
                         best = optimum.exact(
@@ -187,20 +183,15 @@ def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Ce
 
 def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
     """8-card nodes, short streams: every policy against the integer program's optimum."""
-    cells = []
+    cells: list[Cell] = []
+    if not scale.exact_streams:
+        return cells
     for model in MODELS:
         card = discover(model)
         widest = max(card.profiles, key=lambda p: p.slices).name
         for mix in MIXES:
-            if not scale.exact_streams:
-                continue
             progress(f"8 cards {model} {mix} (integer program)")
-            cell = Cell(
-                model,
-                mix,
-                {name: Tally() for name in policies},
-                {"optimum": Tally(), "optimum bound": Tally()},
-            )
+            cell = _empty_cell(model, mix, policies, "optimum", "optimum bound")
             cell.widest_refused = dict.fromkeys([*policies, "optimum"], 0)
             for requests in _streams(
                 card, 8, mix, scale.load, scale.exact_streams, scale.exact_requests
@@ -299,9 +290,10 @@ def _behind_baseline(node: Sequence[Cell], ours: str) -> tuple[list[str], list[s
     return lines, behind, significant
 
 
-def _to_optimum(cells: Sequence[Cell], ours: str) -> float:
+def _mean_ratio(cells: Sequence[Cell], ours: str, reference: str) -> float:
+    """A policy's acceptance over a reference's, averaged over cells."""
     return statistics.fmean(
-        c.policies[ours].acceptance / c.references["optimum"].acceptance for c in cells
+        c.policies[ours].acceptance / c.references[reference].acceptance for c in cells
     )
 
 
@@ -330,7 +322,7 @@ def verdicts(
         f"  short exact-search streams where {ours} is behind: {', '.join(short) or 'none'}"
     )
     small_cells = [c for _ignored, c in small]
-    to_small = _to_optimum(small_cells, ours)
+    to_small = _mean_ratio(small_cells, ours, "optimum")
     lines.append(
         f"{ours} / exact optimum (1-2 cards), mean over cells: {to_small:.4f} "
         f"-> within 2%: {'HOLDS' if to_small >= 0.98 else 'FAILS'}"
@@ -338,7 +330,7 @@ def verdicts(
     if exact_node:
         # Unproven cells divide by the best placement found, which is <= the optimum, so the
         # true ratio is at most this: a FAILS here is certain, a HOLDS is not if any is unproven.
-        to_node = _to_optimum(exact_node, ours)
+        to_node = _mean_ratio(exact_node, ours, "optimum")
         unproven = sum(c.unproven for c in exact_node)
         verdict = "HOLDS" if to_node >= 0.98 else "FAILS"
         if verdict == "HOLDS" and unproven:
@@ -354,12 +346,8 @@ def verdicts(
             f"  whole-card requests turned away there: optimum {refused}, {ours} {ours_refused}, "
             f"of {asked} asked"
         )
-    to_bound = statistics.fmean(
-        c.policies[ours].acceptance / c.references["LP bound"].acceptance for c in node
-    )
-    to_repack = statistics.fmean(
-        c.policies[ours].acceptance / c.references["repacking (ref.)"].acceptance for c in node
-    )
+    to_bound = _mean_ratio(node, ours, "LP bound")
+    to_repack = _mean_ratio(node, ours, "repacking (ref.)")
     lines.append(
         f"{ours} / LP upper bound (8 cards, long streams; loose), mean over cells: {to_bound:.4f}"
     )
