@@ -1,12 +1,15 @@
 """Placement quality: how many requests each policy accepts on the same seeded streams, and how
 much slice-time it strands, against the best any placement could do.
 
-Three settings:
+Four settings:
 - 8-card nodes of each model, long streams: every policy, the repacking reference and the LP
   upper bound (bench/optimum.py explains why it is sound and why it is loose).
 - 8-card nodes, short streams: every policy against the exact clairvoyant optimum under the
   allocator's admission rule (a request that fits somewhere is placed), as an integer program
-  (bench/milp_optimum.py), with what the optimum turned away to get there.
+  (bench/milp_optimum.py), with what the optimum turned away to get there, and the online
+  lookahead reference (bench/lookahead.py) on the same streams.
+- 8-card nodes, medium streams: ours and the baseline against the online lookahead reference,
+  which knows the workload's distribution but not the stream: how much an online rule could gain.
 - 1- and 2-card nodes, short streams: the same optimum by exhaustive search (bench/optimum.py).
 Everything here is deterministic: seeds are fixed, the solver stops on a node count, and
 nothing is timed.
@@ -21,6 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from . import milp_optimum, optimum
+from .lookahead import Lookahead, replay_lookahead
 from .policies import BASELINE, OURS, POLICIES, Policy
 from .replay import Outcome, replay
 from .report import pct, ratio, table
@@ -28,6 +32,8 @@ from .tables import CardModel, discover
 from .workload import MIXES, Request, seed_for, stream
 
 MODELS = ("c3000-bw", "hypo-x8")
+LOOKAHEAD = "online lookahead"
+LOOKAHEAD_SAMPLING = Lookahead(futures=32, horizon=30)
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,11 @@ class Scale:
     # 8-card streams per (model, mix) and their length for the integer program; 0 streams: none
     exact_streams: int = 0
     exact_requests: int = 0
+    # The online lookahead reference: its sampling, and the 8-card streams it is compared on
+    # beside the exact setting (0 streams: only in the exact setting).
+    lookahead: Lookahead = LOOKAHEAD_SAMPLING
+    lookahead_streams: int = 0
+    lookahead_requests: int = 0
 
 
 FULL = Scale(
@@ -48,6 +59,8 @@ FULL = Scale(
     small=((1, 30, 14), (2, 20, 10)),
     exact_streams=2,
     exact_requests=60,
+    lookahead_streams=2,
+    lookahead_requests=600,
 )
 # A stream whose exact search needs more states than this is left out (and counted as skipped).
 MAX_STATES = 300_000
@@ -60,6 +73,9 @@ QUICK = Scale(
     small=((1, 4, 10), (2, 2, 8)),
     exact_streams=1,
     exact_requests=16,
+    lookahead=Lookahead(futures=4, horizon=6),
+    lookahead_streams=1,
+    lookahead_requests=40,
 )
 
 
@@ -191,8 +207,8 @@ def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
         widest = max(card.profiles, key=lambda p: p.slices).name
         for mix in MIXES:
             progress(f"8 cards {model} {mix} (integer program)")
-            cell = _empty_cell(model, mix, policies, "optimum", "optimum bound")
-            cell.widest_refused = dict.fromkeys([*policies, "optimum"], 0)
+            cell = _empty_cell(model, mix, policies, "optimum", "optimum bound", LOOKAHEAD)
+            cell.widest_refused = dict.fromkeys([*policies, "optimum", LOOKAHEAD], 0)
             for requests in _streams(
                 card, 8, mix, scale.load, scale.exact_streams, scale.exact_requests
             ):
@@ -206,8 +222,68 @@ def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
                     outcome = replay(card, 8, requests, policy)
                     cell.policies[name].add(outcome)
                     cell.widest_refused[name] += outcome.refused[widest]
+                online = replay_lookahead(card, 8, requests, mix, scale.load, scale.lookahead)
+                cell.references[LOOKAHEAD].add(online)
+                cell.widest_refused[LOOKAHEAD] += online.refused[widest]
             cells.append(cell)
     return cells
+
+
+def lookahead_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
+    """8-card nodes, medium streams: ours and the baseline beside the online lookahead."""
+    cells: list[Cell] = []
+    if not scale.lookahead_streams:
+        return cells
+    compared = {name: policies[name] for name in (OURS, BASELINE)}
+    for model in MODELS:
+        card = discover(model)
+        widest = max(card.profiles, key=lambda p: p.slices).name
+        for mix in MIXES:
+            progress(f"8 cards {model} {mix} (online lookahead)")
+            cell = _empty_cell(model, mix, compared, LOOKAHEAD)
+            cell.widest_refused = dict.fromkeys([*compared, LOOKAHEAD], 0)
+            for requests in _streams(
+                card, 8, mix, scale.load, scale.lookahead_streams, scale.lookahead_requests
+            ):
+                cell.widest_offered += sum(r.profile == widest for r in requests)
+                online = replay_lookahead(card, 8, requests, mix, scale.load, scale.lookahead)
+                cell.references[LOOKAHEAD].add(online)
+                cell.widest_refused[LOOKAHEAD] += online.refused[widest]
+                for name, policy in compared.items():
+                    outcome = replay(card, 8, requests, policy)
+                    cell.policies[name].add(outcome)
+                    cell.widest_refused[name] += outcome.refused[widest]
+            cells.append(cell)
+    return cells
+
+
+def lookahead_table(cells: Sequence[Cell]) -> str:
+    rows = []
+    for cell in cells:
+        online = cell.references[LOOKAHEAD]
+        ours = cell.policies[OURS]
+        refused = cell.widest_refused
+        rows.append(
+            [
+                f"8 card {cell.model} {cell.mix}",
+                pct(online.acceptance),
+                pct(ours.acceptance),
+                pct(cell.policies[BASELINE].acceptance),
+                f"{100 * (online.acceptance - ours.acceptance):+.2f}",
+                f"{refused[LOOKAHEAD]} / {refused[OURS]} / {cell.widest_offered}",
+            ]
+        )
+    return table(
+        [
+            "node model mix",
+            LOOKAHEAD,
+            OURS,
+            BASELINE,
+            "lookahead - ours pts",
+            "whole-card refused lookahead / ours / asked",
+        ],
+        rows,
+    )
 
 
 def exact_node_table(cells: Sequence[Cell]) -> str:
@@ -221,14 +297,18 @@ def exact_node_table(cells: Sequence[Cell]) -> str:
             ratio(cell.references["optimum bound"].acceptance, best),
         ]
         row += [ratio(t.acceptance, best) for t in cell.policies.values()]
+        row.append(ratio(cell.references[LOOKAHEAD].acceptance, best))
         refused = cell.widest_refused
-        row.append(f"{refused['optimum']} / {refused[OURS]} / {cell.widest_offered}")
+        row.append(
+            f"{refused['optimum']} / {refused[OURS]} / {refused[LOOKAHEAD]} / {cell.widest_offered}"
+        )
         row.append(cell.unproven or "")
         rows.append(row)
     return table(
         ["node model mix", "optimum", "bound/opt"]
         + [f"{n} /opt" for n in names]
-        + ["whole-card refused opt / ours / asked", "unproven"],
+        + [f"{LOOKAHEAD} (ref.) /opt", "whole-card refused opt / ours / lookahead / asked"]
+        + ["unproven"],
         rows,
     )
 
@@ -297,11 +377,43 @@ def _mean_ratio(cells: Sequence[Cell], ours: str, reference: str) -> float:
     )
 
 
+def _lookahead_verdicts(exact_node: Sequence[Cell], online: Sequence[Cell], ours: str) -> list[str]:
+    """Where the online lookahead stands: against the exact optimum, and against ours."""
+    lines = []
+    if exact_node:
+        to_opt = statistics.fmean(
+            c.references[LOOKAHEAD].acceptance / c.references["optimum"].acceptance
+            for c in exact_node
+        )
+        lines.append(
+            f"{LOOKAHEAD} (knows the mix, not the stream) / exact optimum (8 cards, short "
+            f"streams), mean over cells: {to_opt:.4f}; {ours} / {LOOKAHEAD}: "
+            f"{_mean_ratio(exact_node, ours, LOOKAHEAD):.4f}"
+        )
+    compared = [c for c in online if ours in c.policies]
+    if compared:
+        ahead = []
+        for cell in compared:
+            mean, se = paired_difference(cell.references[LOOKAHEAD], cell.policies[ours])
+            if mean > 2 * se:
+                ahead.append(f"{cell.model} {cell.mix} ({100 * mean:+.2f} pts)")
+        gain = statistics.fmean(
+            c.references[LOOKAHEAD].acceptance - c.policies[ours].acceptance for c in compared
+        )
+        lines.append(
+            f"{LOOKAHEAD} - {ours} (8 cards, medium streams), mean over cells: "
+            f"{100 * gain:+.2f} pts; ahead by more than 2 standard errors on: "
+            + (", ".join(ahead) or "none")
+        )
+    return lines
+
+
 def verdicts(
     node: Sequence[Cell],
     small: Sequence[tuple[int, Cell]],
     exact_node: Sequence[Cell],
     ours: str,
+    online: Sequence[Cell] = (),
 ) -> list[str]:
     lines, behind, significant = _behind_baseline(node, ours)
     verdict = "HOLDS" if not behind else "FAILS on " + ", ".join(behind)
@@ -352,7 +464,7 @@ def verdicts(
         f"{ours} / LP upper bound (8 cards, long streams; loose), mean over cells: {to_bound:.4f}"
     )
     lines.append(f"{ours} / repacking reference (8 cards, not a bound): {to_repack:.4f}")
-    return lines
+    return lines + _lookahead_verdicts(exact_node, online, ours)
 
 
 def run(
@@ -382,6 +494,16 @@ def run(
             f"at most {NODE_LIMIT} branch-and-bound nodes each)"
         )
         out.append(exact_node_table(exact_node))
+    online = lookahead_cells(scale, policies)
+    if online:
+        out.append("")
+        out.append(
+            f"8-card nodes against the {LOOKAHEAD} reference ({scale.lookahead_streams} "
+            f"stream(s) x {scale.lookahead_requests} requests per cell; "
+            f"{scale.lookahead.futures} sampled futures of {scale.lookahead.horizon} requests "
+            "per decision)"
+        )
+        out.append(lookahead_table(online))
     small = small_cells(scale, policies)
     out.append("")
     sizes = ", ".join(f"{c} card: {n} x {r} requests" for c, n, r in scale.small)
@@ -390,5 +512,5 @@ def run(
     out.append("")
     for name in policies:
         if name == OURS or name not in POLICIES:
-            out.extend(verdicts(node, small, exact_node, name))
+            out.extend(verdicts(node, small, exact_node, name, online))
     return "\n".join(out)

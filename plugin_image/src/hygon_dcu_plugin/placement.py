@@ -118,6 +118,21 @@ def _damage(card: CardView, placement: PlacementLike) -> tuple[int, ...]:
     )
 
 
+def card_option(
+    card: CardView, profile: ProfileLike, policy: str = PACK
+) -> tuple[tuple[tuple[int, ...], int], PlacementLike] | None:
+    """The placement this card would give a new instance of the profile, and the rank choose()
+    compares cards by (lower wins; the card index breaks ties), or None if it does not fit.
+    It depends on nothing but this card, so a caller may memoise it per occupancy."""
+    placement = _within_card(card, profile)
+    if placement is None:
+        return None
+    free = card.slice_count - len(card.occupied)
+    if policy == PACK:
+        return (_damage(card, placement), free), placement
+    return ((), -free), placement
+
+
 def choose(cards: Sequence[CardView], profile_name: str, policy: str = PACK) -> Choice | None:
     """Card and placement for one new instance of profile_name, or None if nothing fits.
 
@@ -128,20 +143,15 @@ def choose(cards: Sequence[CardView], profile_name: str, policy: str = PACK) -> 
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {POLICIES}")
-    fitting: list[tuple[tuple[int, ...], int, int, Choice]] = []
+    fitting: list[tuple[tuple[tuple[int, ...], int], int, Choice]] = []
     for card in cards:
         profile = card.profile(profile_name)
         if profile is None:
             continue
-        placement = _within_card(card, profile)
-        if placement is None:
-            continue
-        free = card.slice_count - len(card.occupied)
-        choice = Choice(card, profile, placement)
-        if policy == PACK:
-            fitting.append((_damage(card, placement), free, card.index, choice))
-        else:
-            fitting.append(((), -free, card.index, choice))
+        option = card_option(card, profile, policy)
+        if option is not None:
+            rank, placement = option
+            fitting.append((rank, card.index, Choice(card, profile, placement)))
     if not fitting:
         return None
-    return min(fitting, key=lambda item: item[:3])[3]
+    return min(fitting, key=lambda item: item[:2])[2]
