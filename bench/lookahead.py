@@ -2,12 +2,12 @@
 
 The exact optimum sees the whole stream; an allocator sees only the past. This reference sits
 between them: it knows what an allocator could learn from history (the mix, the arrival rate,
-that durations are exponential with mean 1, how many requests the stream still has) but not the
-stream itself: not when live instances end, not what arrives next. At each arrival with more
-than one distinct choice it plays the same sampled futures forward under ours from every choice
-and keeps the one that accepts the most (ours' own choice on ties). This is one step of policy
-improvement from ours: where it wins, an online rule could too; where even it stays behind the
-optimum, the gap is the price of not seeing the future.
+that durations are exponential with mean MEAN_DURATION, how many requests the stream still
+has) but not the stream itself: not when live instances end, not what arrives next. At each
+arrival with more than one distinct choice it plays the same sampled futures forward under ours
+from every choice and keeps the one that accepts the most (ours' own choice on ties). This is
+one step of policy improvement from ours: where it wins, an online rule could too; where even
+it stays behind the optimum, the gap is the price of not seeing the future.
 
 Sampled futures: the remaining life of every live instance and of the new one is drawn afresh
 (exact for exponential durations; the bursty mix's shared job lengths are not modelled), and
@@ -29,7 +29,7 @@ from hygon_dcu_plugin.placement import PACK, CardView, card_option, free_placeme
 
 from .replay import Outcome
 from .tables import CardModel
-from .workload import Request, seed_for, stream
+from .workload import MEAN_DURATION, Request, seed_for, stream
 
 # Per card: (first slice, slice count, end time) of each live instance.
 Layout = list[list[tuple[int, int, float]]]
@@ -131,10 +131,10 @@ def _sample(
     mix, load, requests = settings
     rng = random.Random(seed)
     layout: Layout = [
-        [(start, size, now + rng.expovariate(1.0)) for start, size in live.values()]
+        [(start, size, now + rng.expovariate(1.0 / MEAN_DURATION)) for start, size in live.values()]
         for live in node.live
     ]
-    life = rng.expovariate(1.0)
+    life = rng.expovariate(1.0 / MEAN_DURATION)
     coming = stream(card, len(node.live), mix, load, requests, rng.randrange(1 << 30))
     shifted = [Request(r.id, now + r.arrive, now + r.depart, r.profile, r.slices) for r in coming]
     return layout, life, shifted
