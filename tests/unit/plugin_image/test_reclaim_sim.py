@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import subprocess
 import time
@@ -245,4 +246,31 @@ def test_a_teardown_enumerates_the_cards_once_per_pass(
         assert len(report.destroyed) == len(names)
         per_pass.append(len(sweeps))
     assert harness.node.instances() == []
+    assert per_pass[0] == per_pass[1]
+
+
+def test_a_pass_enumerates_the_cards_once_even_when_no_card_has_an_address(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With the mode off the registry names no card (pci None): an empty map is the answer,
+    # not a reason to enumerate again for every record. Every record is then stale.
+    node = harness.reclaimer.node
+    sweeps: list[int] = []
+    real_cards = node.cards
+
+    def cards_without_addresses() -> list[Card]:
+        sweeps.append(1)
+        return [dataclasses.replace(card, pci=None) for card in real_cards()]
+
+    per_pass = []
+    for names in (["a"], ["b", "c", "d"]):
+        for name in names:
+            harness.admit(name)
+            harness.finish(name)
+        with monkeypatch.context() as patch:
+            patch.setattr(node, "cards", cards_without_addresses)
+            sweeps.clear()
+            report = harness.reclaimer.run_pass()
+        assert len(report.stale) == len(names) and report.destroyed == []
+        per_pass.append(len(sweeps))
     assert per_pass[0] == per_pass[1]
