@@ -53,6 +53,11 @@ class Runtime:
         self.store.remove_temporaries()
         self.locks = Locks(settings.lock_dir)
         self._refresh_lock = threading.Lock()
+        # Refresh tickets: every call takes one; a refresh that reads the node after a ticket
+        # was taken covers it, so callers queued behind it need not recompute (see refresh).
+        self._tickets = threading.Lock()
+        self._requested = 0
+        self._covered = 0
         self.partitioned = self._read_mode()
         self.allocator = Allocator(
             node,
@@ -166,12 +171,25 @@ class Runtime:
         return in_use, held
 
     def refresh(self) -> None:
+        """Recompute and publish the device lists; on return they reflect every change made
+        before the call. Calls that queue up while one runs share the next computation: it
+        starts after all of them asked, so each of their changes is in what it publishes."""
+        with self._tickets:
+            self._requested += 1
+            ticket = self._requested
         with self._refresh_lock:
+            if self._covered >= ticket:
+                return
+            with self._tickets:
+                covers = self._requested
             try:
                 self.board.publish(self.plan())
                 self._update_live_gauge()
             except Exception:
+                # Not covered: the next caller computes again rather than trusting this one.
                 log.exception("refreshing the device lists failed")
+                return
+            self._covered = covers
 
     def _update_live_gauge(self) -> None:
         if not self.partitioned:
