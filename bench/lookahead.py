@@ -79,23 +79,27 @@ class MemoisedPack:
 
 def play_forward(ours: MemoisedPack, layout: Layout, future: Sequence[Request]) -> int:
     """Requests ours accepts from `future`, starting from `layout`."""
-    taken: list[set[int]] = [set() for _ignored in layout]
-    ends: list[tuple[float, int, int, int]] = []
-    for index, instances in enumerate(layout):
-        for start, size, end in instances:
-            taken[index].update(range(start, start + size))
-            ends.append((end, index, start, size))
+    # Frozen sets, as the memo keys them; only the card that changes is rebuilt.
+    taken = [
+        frozenset(s for start, size, _end in instances for s in range(start, start + size))
+        for instances in layout
+    ]
+    ends = [
+        (end, index, start, size)
+        for index, instances in enumerate(layout)
+        for start, size, end in instances
+    ]
     heapq.heapify(ends)
     accepted = 0
     for request in future:
         while ends and ends[0][0] <= request.arrive:
             _end, index, start, size = heapq.heappop(ends)
-            taken[index].difference_update(range(start, start + size))
-        chosen = ours.choose([frozenset(t) for t in taken], request.profile)
+            taken[index] -= slices_of(start, size)
+        chosen = ours.choose(taken, request.profile)
         if chosen is None:
             continue
         index, start, size = chosen
-        taken[index].update(range(start, start + size))
+        taken[index] |= slices_of(start, size)
         heapq.heappush(ends, (request.depart, index, start, size))
         accepted += 1
     return accepted
@@ -120,39 +124,40 @@ class _Node:
         ]
 
 
-def _sample(
-    card: CardModel,
-    node: _Node,
-    now: float,
-    settings: tuple[str, float, int],
-    seed: int,
-) -> Sample:
-    """One sampled future: end times of the live instances, the new one's life, what comes."""
-    mix, load, requests = settings
-    rng = random.Random(seed)
-    layout: Layout = [
-        [(start, size, now + rng.expovariate(1.0 / MEAN_DURATION)) for start, size in live.values()]
-        for live in node.live
-    ]
-    life = rng.expovariate(1.0 / MEAN_DURATION)
-    coming = stream(card, len(node.live), mix, load, requests, rng.randrange(1 << 30))
-    shifted = [Request(r.id, now + r.arrive, now + r.depart, r.profile, r.slices) for r in coming]
-    return layout, life, shifted
+@dataclass(frozen=True)
+class _Futures:
+    """What may come after a decision, sampled (see the module docstring)."""
 
+    card: CardModel
+    node: _Node
+    mix: str
+    load: float
+    lookahead: Lookahead
 
-def _samples(
-    card: CardModel,
-    node: _Node,
-    now: float,
-    settings: tuple[str, float, int],
-    which: tuple[int, int],
-) -> list[Sample]:
-    """`which` = (the decision's position in the stream, how many futures to sample)."""
-    position, count = which
-    return [
-        _sample(card, node, now, settings, seed_for("lookahead", card.model, now, position, k))
-        for k in range(count)
-    ]
+    def after(self, now: float, position: int, remaining: int) -> list[Sample]:
+        """The samples for the decision at `position` in the stream, `remaining` requests
+        before its end: none when nothing is left to come."""
+        coming = min(self.lookahead.horizon, remaining)
+        count = self.lookahead.futures if coming else 0
+        return [
+            self._one(now, coming, seed_for("lookahead", self.card.model, now, position, k))
+            for k in range(count)
+        ]
+
+    def _one(self, now: float, coming: int, seed: int) -> Sample:
+        """End times of the live instances, the new one's life, the next `coming` requests."""
+        rng = random.Random(seed)
+        layout: Layout = [
+            [(start, size, now + rng.expovariate(1.0 / MEAN_DURATION)) for start, size in live]
+            for live in (card.values() for card in self.node.live)
+        ]
+        life = rng.expovariate(1.0 / MEAN_DURATION)
+        cards = len(self.node.live)
+        later = stream(self.card, cards, self.mix, self.load, coming, rng.randrange(1 << 30))
+        shifted = [
+            Request(r.id, now + r.arrive, now + r.depart, r.profile, r.slices) for r in later
+        ]
+        return layout, life, shifted
 
 
 def decide(
@@ -200,6 +205,7 @@ def replay_lookahead(
     """Replay the stream with the lookahead reference making every placement."""
     ours = MemoisedPack(card)
     node = _Node([{} for _ignored in range(cards)])
+    futures = _Futures(card, node, mix, load, lookahead)
     ends: list[tuple[float, int, int]] = []
     ordered = sorted(requests, key=lambda r: (r.arrive, r.id))
     accepted = 0
@@ -208,16 +214,8 @@ def replay_lookahead(
         while ends and ends[0][0] <= request.arrive:
             _end, rid, index = heapq.heappop(ends)
             node.live[index].pop(rid)
-        coming = min(lookahead.horizon, len(ordered) - position - 1)
-
-        samples = functools.partial(
-            _samples,
-            card,
-            node,
-            request.arrive,
-            (mix, load, coming),
-            (position, lookahead.futures if coming else 0),
-        )
+        remaining = len(ordered) - position - 1
+        samples = functools.partial(futures.after, request.arrive, position, remaining)
         chosen = decide(card, ours, node.occupied(), request.profile, request.arrive, samples)
         if chosen is None:
             refused[request.profile] += 1

@@ -197,6 +197,13 @@ def small_cells(scale: Scale, policies: dict[str, Policy]) -> list[tuple[int, Ce
     return cells
 
 
+def _count(cell: Cell, name: str, outcome: Outcome, widest: str) -> None:
+    """Add one stream's outcome to the policy's (or reference's) tally and whole-card count."""
+    tallies = cell.policies if name in cell.policies else cell.references
+    tallies[name].add(outcome)
+    cell.widest_refused[name] += outcome.refused[widest]
+
+
 def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
     """8-card nodes, short streams: every policy against the integer program's optimum."""
     cells: list[Cell] = []
@@ -219,12 +226,9 @@ def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
                 cell.widest_refused["optimum"] += best.refused[widest]
                 cell.widest_offered += sum(r.profile == widest for r in requests)
                 for name, policy in policies.items():
-                    outcome = replay(card, 8, requests, policy)
-                    cell.policies[name].add(outcome)
-                    cell.widest_refused[name] += outcome.refused[widest]
+                    _count(cell, name, replay(card, 8, requests, policy), widest)
                 online = replay_lookahead(card, 8, requests, mix, scale.load, scale.lookahead)
-                cell.references[LOOKAHEAD].add(online)
-                cell.widest_refused[LOOKAHEAD] += online.refused[widest]
+                _count(cell, LOOKAHEAD, online, widest)
             cells.append(cell)
     return cells
 
@@ -247,12 +251,9 @@ def lookahead_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
             ):
                 cell.widest_offered += sum(r.profile == widest for r in requests)
                 online = replay_lookahead(card, 8, requests, mix, scale.load, scale.lookahead)
-                cell.references[LOOKAHEAD].add(online)
-                cell.widest_refused[LOOKAHEAD] += online.refused[widest]
+                _count(cell, LOOKAHEAD, online, widest)
                 for name, policy in compared.items():
-                    outcome = replay(card, 8, requests, policy)
-                    cell.policies[name].add(outcome)
-                    cell.widest_refused[name] += outcome.refused[widest]
+                    _count(cell, name, replay(card, 8, requests, policy), widest)
             cells.append(cell)
     return cells
 
@@ -467,6 +468,10 @@ def verdicts(
     return lines + _lookahead_verdicts(exact_node, online, ours)
 
 
+def _section(heading: str, body: str) -> list[str]:
+    return ["", heading, body]
+
+
 def run(
     quick: bool = False, extra: dict[str, Policy] | None = None, scale: Scale | None = None
 ) -> str:
@@ -480,35 +485,32 @@ def run(
     for model in MODELS:
         out.append("  " + discover(model).describe())
     node = node_cells(scale, policies)
-    out.append("")
-    out.append(
-        f"8-card nodes: {scale.node_streams} stream(s) x {scale.node_requests} requests per cell"
+    out += _section(
+        f"8-card nodes: {scale.node_streams} stream(s) x {scale.node_requests} requests per cell",
+        node_table(node),
     )
-    out.append(node_table(node))
     exact_node = exact_node_cells(scale, policies)
     if exact_node:
-        out.append("")
-        out.append(
+        out += _section(
             f"8-card nodes against the exact clairvoyant optimum (integer program, "
             f"{scale.exact_streams} stream(s) x {scale.exact_requests} requests per cell, "
-            f"at most {NODE_LIMIT} branch-and-bound nodes each)"
+            f"at most {NODE_LIMIT} branch-and-bound nodes each)",
+            exact_node_table(exact_node),
         )
-        out.append(exact_node_table(exact_node))
     online = lookahead_cells(scale, policies)
     if online:
-        out.append("")
-        out.append(
+        out += _section(
             f"8-card nodes against the {LOOKAHEAD} reference ({scale.lookahead_streams} "
             f"stream(s) x {scale.lookahead_requests} requests per cell; "
             f"{scale.lookahead.futures} sampled futures of {scale.lookahead.horizon} requests "
-            "per decision)"
+            "per decision)",
+            lookahead_table(online),
         )
-        out.append(lookahead_table(online))
     small = small_cells(scale, policies)
-    out.append("")
     sizes = ", ".join(f"{c} card: {n} x {r} requests" for c, n, r in scale.small)
-    out.append(f"small nodes against the exact clairvoyant optimum ({sizes})")
-    out.append(small_table(small))
+    out += _section(
+        f"small nodes against the exact clairvoyant optimum ({sizes})", small_table(small)
+    )
     out.append("")
     for name in policies:
         if name == OURS or name not in POLICIES:

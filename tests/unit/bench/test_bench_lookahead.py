@@ -8,7 +8,15 @@ import pytest
 from hygon_dcu_plugin.placement import PACK, choose, free_placements
 
 from bench import optimum
-from bench.lookahead import Lookahead, MemoisedPack, decide, play_forward, replay_lookahead
+from bench.lookahead import (
+    Layout,
+    Lookahead,
+    MemoisedPack,
+    Sample,
+    decide,
+    play_forward,
+    replay_lookahead,
+)
 from bench.policies import OURS, POLICIES
 from bench.replay import card_views, replay
 from bench.tables import CardModel, discover
@@ -47,7 +55,7 @@ def test_playing_forward_from_an_empty_node_is_a_replay_of_ours() -> None:
     card = discover("hypo-x8")
     for mix in MIXES:
         requests = stream(card, 8, mix, 1.0, 300, seed_for("forward", mix))
-        empty: list[list[tuple[int, int, float]]] = [[] for _ignored in range(8)]
+        empty: Layout = [[] for _ignored in range(8)]
         played = play_forward(MemoisedPack(card), empty, requests)
         assert played == replay(card, 8, requests, POLICIES[OURS]).accepted
 
@@ -69,9 +77,9 @@ def test_it_leaves_ours_where_the_sampled_future_rewards_it() -> None:
     future = [Request(1, 1.0, 99.0, whole, 4)] + [
         Request(2 + k, 2.0 + k, 99.0, narrow, 1) for k in range(4)
     ]
-    layout: list[list[tuple[int, int, float]]] = [[(0, 1, 99.0)], []]
+    layout: Layout = [[(0, 1, 99.0)], []]
 
-    def rewarding() -> list[tuple[list[list[tuple[int, int, float]]], float, list[Request]]]:
+    def rewarding() -> list[Sample]:
         return [(layout, 98.0, future)]
 
     chosen = decide(card, ours, occupied, narrow, 0.0, rewarding)
