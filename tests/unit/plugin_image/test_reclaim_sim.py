@@ -7,11 +7,13 @@ import dataclasses
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Node
+from hygon_dcu_plugin.reclaimer import PassReport
 from plugin_harness import Harness
 
 
@@ -222,31 +224,42 @@ def test_event_driven_reclaim_within_one_resync(harness: Harness) -> None:
         harness.runtime.stop()
 
 
-def test_a_teardown_enumerates_the_cards_once_per_pass(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Enumerating the cards is a sweep of library calls; once per dropped record made a
-    # teardown of N records cost N sweeps (bench/allocator_cost.py measured it).
+def _enumerations_per_pass(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, seen: Callable[[Card], Card]
+) -> list[tuple[int, PassReport, int]]:
+    """Finish 1 pod, run a pass, then 3 pods and a pass, with the node's cards as `seen` turns
+    them during the passes: (pods finished, the pass's report, card enumerations) per pass."""
     node = harness.reclaimer.node
     sweeps: list[int] = []
     real_cards = node.cards
 
     def counted_cards() -> list[Card]:
         sweeps.append(1)
-        return list(real_cards())
+        return [seen(card) for card in real_cards()]
 
-    monkeypatch.setattr(node, "cards", counted_cards)
-    per_pass = []
+    passes = []
     for names in (["a"], ["b", "c", "d"]):
         for name in names:
             harness.admit(name)
             harness.finish(name)
-        sweeps.clear()
-        report = harness.reclaimer.run_pass()
-        assert len(report.destroyed) == len(names)
-        per_pass.append(len(sweeps))
+        with monkeypatch.context() as patch:
+            patch.setattr(node, "cards", counted_cards)
+            sweeps.clear()
+            report = harness.reclaimer.run_pass()
+        passes.append((len(names), report, len(sweeps)))
+    return passes
+
+
+def test_a_teardown_enumerates_the_cards_once_per_pass(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Enumerating the cards is a sweep of library calls; once per dropped record made a
+    # teardown of N records cost N sweeps (bench/allocator_cost.py measured it).
+    passes = _enumerations_per_pass(harness, monkeypatch, lambda card: card)
+    for finished, report, _sweeps in passes:
+        assert len(report.destroyed) == finished
     assert harness.node.instances() == []
-    assert per_pass[0] == per_pass[1]
+    assert passes[0][2] == passes[1][2]
 
 
 def test_a_pass_enumerates_the_cards_once_even_when_no_card_has_an_address(
@@ -254,23 +267,9 @@ def test_a_pass_enumerates_the_cards_once_even_when_no_card_has_an_address(
 ) -> None:
     # With the mode off the registry names no card (pci None): an empty map is the answer,
     # not a reason to enumerate again for every record. Every record is then stale.
-    node = harness.reclaimer.node
-    sweeps: list[int] = []
-    real_cards = node.cards
-
-    def cards_without_addresses() -> list[Card]:
-        sweeps.append(1)
-        return [dataclasses.replace(card, pci=None) for card in real_cards()]
-
-    per_pass = []
-    for names in (["a"], ["b", "c", "d"]):
-        for name in names:
-            harness.admit(name)
-            harness.finish(name)
-        with monkeypatch.context() as patch:
-            patch.setattr(node, "cards", cards_without_addresses)
-            sweeps.clear()
-            report = harness.reclaimer.run_pass()
-        assert len(report.stale) == len(names) and report.destroyed == []
-        per_pass.append(len(sweeps))
-    assert per_pass[0] == per_pass[1]
+    passes = _enumerations_per_pass(
+        harness, monkeypatch, lambda card: dataclasses.replace(card, pci=None)
+    )
+    for finished, report, _sweeps in passes:
+        assert len(report.stale) == finished and report.destroyed == []
+    assert passes[0][2] == passes[1][2]
