@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from hygon_dcu_plugin.placement import PACK, CardView, card_option, free_placements, slices_of
 
-from .replay import Outcome
+from .replay import Live, Outcome, replay_with
 from .tables import CardModel
 from .workload import MEAN_DURATION, Request, seed_for, stream
 
@@ -111,25 +111,12 @@ def _state(occupied: Sequence[frozenset[int]], index: int, start: int, size: int
     return tuple(sorted(tuple(sorted(card)) for card in after))
 
 
-@dataclass
-class _Node:
-    """The node as the reference replays it: live instances per card, by request id."""
-
-    live: list[dict[int, tuple[int, int]]]
-
-    def occupied(self) -> list[frozenset[int]]:
-        return [
-            frozenset(s for start, size in card.values() for s in range(start, start + size))
-            for card in self.live
-        ]
-
-
 @dataclass(frozen=True)
 class _Futures:
     """What may come after a decision, sampled (see the module docstring)."""
 
     card: CardModel
-    node: _Node
+    live: Live
     mix: str
     load: float
     lookahead: Lookahead
@@ -149,10 +136,10 @@ class _Futures:
         rng = random.Random(seed)
         layout: Layout = [
             [(start, size, now + rng.expovariate(1.0 / MEAN_DURATION)) for start, size in live]
-            for live in (card.values() for card in self.node.live)
+            for live in (card.values() for card in self.live)
         ]
         life = rng.expovariate(1.0 / MEAN_DURATION)
-        cards = len(self.node.live)
+        cards = len(self.live)
         later = stream(self.card, cards, self.mix, self.load, coming, rng.randrange(1 << 30))
         shifted = [
             Request(r.id, now + r.arrive, now + r.depart, r.profile, r.slices) for r in later
@@ -204,26 +191,15 @@ def replay_lookahead(
 ) -> Outcome:
     """Replay the stream with the lookahead reference making every placement."""
     ours = MemoisedPack(card)
-    node = _Node([{} for _ignored in range(cards)])
-    futures = _Futures(card, node, mix, load, lookahead)
-    ends: list[tuple[float, int, int]] = []
-    ordered = sorted(requests, key=lambda r: (r.arrive, r.id))
-    accepted = 0
-    refused: Counter[str] = Counter()
-    for position, request in enumerate(ordered):
-        while ends and ends[0][0] <= request.arrive:
-            _end, rid, index = heapq.heappop(ends)
-            node.live[index].pop(rid)
-        remaining = len(ordered) - position - 1
-        samples = functools.partial(futures.after, request.arrive, position, remaining)
-        chosen = decide(card, ours, node.occupied(), request.profile, request.arrive, samples)
-        if chosen is None:
-            refused[request.profile] += 1
-            continue
-        index, start, size = chosen
-        node.live[index][request.id] = (start, size)
-        heapq.heappush(ends, (request.depart, request.id, index))
-        accepted += 1
-    offered = sum(r.slices * r.duration for r in ordered)
-    # Stranded slice-time is not tracked for the reference (it is not a policy under test).
-    return Outcome(len(ordered), accepted, offered, 0.0, 0, refused)
+    total = len(requests)
+
+    def choose(live: Live, request: Request, position: int) -> tuple[int, int, int] | None:
+        futures = _Futures(card, live, mix, load, lookahead)
+        samples = functools.partial(futures.after, request.arrive, position, total - position - 1)
+        occupied = [
+            frozenset(s for start, size in instances.values() for s in range(start, start + size))
+            for instances in live
+        ]
+        return decide(card, ours, occupied, request.profile, request.arrive, samples)
+
+    return replay_with(card, cards, requests, choose)

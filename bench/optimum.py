@@ -53,11 +53,11 @@ def exact(
     ordered = sorted(requests, key=lambda r: (r.arrive, r.id))
     departs = sorted({r.depart for r in ordered})
     rank = {t: i for i, t in enumerate(departs)}
-    symmetries = _symmetries(card)
+    maps = symmetries(card)
     memo: dict[tuple[int, tuple[CardState, ...]], int] = {}
 
     def canonical(live: CardState) -> CardState:
-        return min((_mapped(live, s) for s in symmetries), key=sorted)
+        return min((_mapped(live, s) for s in maps), key=sorted)
 
     def best(k: int, state: tuple[CardState, ...]) -> int:
         if k == len(ordered):
@@ -97,7 +97,7 @@ def exact(
 
 
 @functools.cache
-def _symmetries(card: CardModel) -> tuple[tuple[int, ...], ...]:
+def symmetries(card: CardModel) -> tuple[tuple[int, ...], ...]:
     """Permutations of a card's slices that map every profile's legal placements onto
     themselves (found by brute force; cards have few slices). Identity only beyond 8."""
     n = card.slice_count

@@ -1,7 +1,7 @@
 """Placement quality: how many requests each policy accepts on the same seeded streams, and how
 much slice-time it strands, against the best any placement could do.
 
-Four settings:
+Five settings:
 - 8-card nodes of each model, long streams: every policy, the repacking reference and the LP
   upper bound (bench/optimum.py explains why it is sound and why it is loose).
 - 8-card nodes, short streams: every policy against the exact clairvoyant optimum under the
@@ -11,6 +11,9 @@ Four settings:
 - 8-card nodes, medium streams: ours and the baseline against the online lookahead reference,
   which knows the workload's distribution but not the stream: how much an online rule could gain.
 - 1- and 2-card nodes, short streams: the same optimum by exhaustive search (bench/optimum.py).
+- The best online allocator, exactly, where the node's states can be enumerated (8-card
+  c3000-bw, 2-card nodes; bench/online_optimum.py): ours' and the baseline's exact long-run
+  acceptance against it, and its optimal rule replayed on the integer program's streams.
 Everything here is deterministic: seeds are fixed, the solver stops on a node count, and
 nothing is timed.
 """
@@ -20,19 +23,22 @@ from __future__ import annotations
 import math
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import milp_optimum, optimum
 from .lookahead import Lookahead, replay_lookahead
+from .online_optimum import Gain, NodeChain, OptimalRule, StateSpaceTooLarge, evaluate, optimal
 from .policies import BASELINE, OURS, POLICIES, Policy
-from .replay import Outcome, replay
+from .replay import Decider, Outcome, replay, replay_with
 from .report import pct, ratio, table
 from .tables import CardModel, discover
-from .workload import MIXES, Request, seed_for, stream
+from .workload import INDEPENDENT_MIXES, MIXES, Request, seed_for, stream
 
 MODELS = ("c3000-bw", "hypo-x8")
 LOOKAHEAD = "online lookahead"
+ONLINE_OPTIMUM = "online optimum"
+EMPTY: Mapping[tuple[str, str], Decider] = {}
 LOOKAHEAD_SAMPLING = Lookahead(futures=32, horizon=30)
 
 
@@ -50,6 +56,10 @@ class Scale:
     lookahead: Lookahead = LOOKAHEAD_SAMPLING
     lookahead_streams: int = 0
     lookahead_requests: int = 0
+    # Node sizes (cards) the online optimum is computed for, and the most states its chain may
+    # have; its 8-card rules join the integer program's table.
+    online_cards: tuple[int, ...] = ()
+    online_max_states: int = 100_000
 
 
 FULL = Scale(
@@ -61,6 +71,7 @@ FULL = Scale(
     exact_requests=60,
     lookahead_streams=2,
     lookahead_requests=600,
+    online_cards=(8, 2),
 )
 # A stream whose exact search needs more states than this is left out (and counted as skipped).
 MAX_STATES = 300_000
@@ -76,6 +87,8 @@ QUICK = Scale(
     lookahead=Lookahead(futures=4, horizon=6),
     lookahead_streams=1,
     lookahead_requests=40,
+    online_cards=(2,),
+    online_max_states=1_000,
 )
 
 
@@ -204,8 +217,81 @@ def _count(cell: Cell, name: str, outcome: Outcome, widest: str) -> None:
     cell.widest_refused[name] += outcome.refused[widest]
 
 
-def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
-    """8-card nodes, short streams: every policy against the integer program's optimum."""
+@dataclass(frozen=True)
+class OnlineCell:
+    """One (model, mix) of the exact online optimum: its gain, the compared policies' gains
+    under the same chain, and its rule."""
+
+    model: str
+    mix: str
+    cards: int
+    states: int
+    optimum: Gain
+    policies: dict[str, Gain]
+    rule: OptimalRule
+
+
+def online_cells(scale: Scale, policies: dict[str, Policy]) -> tuple[list[OnlineCell], list[str]]:
+    """The exact online optimum on every model whose node is small enough, and the models left
+    out with why."""
+    cells: list[OnlineCell] = []
+    out_of_reach: list[str] = []
+    compared = {name: policies[name] for name in (OURS, BASELINE)}
+    for cards in scale.online_cards:
+        for model in MODELS:
+            card = discover(model)
+            for mix in INDEPENDENT_MIXES:
+                progress(f"{cards} cards {model} {mix} (online optimum)")
+                try:
+                    chain = NodeChain.for_mix(card, cards, mix, scale.load, scale.online_max_states)
+                except StateSpaceTooLarge as error:
+                    out_of_reach.append(str(error))
+                    break  # the state space does not depend on the mix
+                best, bias = optimal(chain)
+                gains = {name: evaluate(chain, policy) for name, policy in compared.items()}
+                rule = OptimalRule(chain, bias)
+                cells.append(OnlineCell(model, mix, cards, len(chain.states), best, gains, rule))
+    return cells, out_of_reach
+
+
+def online_table(cells: Sequence[OnlineCell]) -> str:
+    rows = []
+    for cell in cells:
+        ours = cell.policies[OURS].acceptance
+        best = cell.optimum.acceptance
+        rows.append(
+            [
+                f"{cell.cards} card {cell.model} {cell.mix}",
+                cell.states,
+                pct(best, 3),
+                pct(ours, 3),
+                pct(cell.policies[BASELINE].acceptance, 3),
+                ratio(ours, best),
+                f"{100 * (ours - best):+.3f}",
+                f"{max(c.error for c in (cell.optimum, *cell.policies.values())):.0e}",
+            ]
+        )
+    return table(
+        [
+            "node model mix",
+            "states",
+            ONLINE_OPTIMUM,
+            OURS,
+            BASELINE,
+            "ours /online opt",
+            "ours - online opt pts",
+            "+/- (proven)",
+        ],
+        rows,
+    )
+
+
+def exact_node_cells(
+    scale: Scale, policies: dict[str, Policy], rules: Mapping[tuple[str, str], Decider] = EMPTY
+) -> list[Cell]:
+    """8-card nodes, short streams: every policy against the integer program's optimum, with
+    the online lookahead and, where `rules` has one for the (model, mix), the online optimum's
+    rule replayed on the same streams."""
     cells: list[Cell] = []
     if not scale.exact_streams:
         return cells
@@ -214,8 +300,10 @@ def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
         widest = max(card.profiles, key=lambda p: p.slices).name
         for mix in MIXES:
             progress(f"8 cards {model} {mix} (integer program)")
-            cell = _empty_cell(model, mix, policies, "optimum", "optimum bound", LOOKAHEAD)
-            cell.widest_refused = dict.fromkeys([*policies, "optimum", LOOKAHEAD], 0)
+            rule = rules.get((model, mix))
+            known = (ONLINE_OPTIMUM,) if rule else ()
+            cell = _empty_cell(model, mix, policies, "optimum", "optimum bound", LOOKAHEAD, *known)
+            cell.widest_refused = dict.fromkeys([*policies, "optimum", LOOKAHEAD, *known], 0)
             for requests in _streams(
                 card, 8, mix, scale.load, scale.exact_streams, scale.exact_requests
             ):
@@ -229,6 +317,8 @@ def exact_node_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
                     _count(cell, name, replay(card, 8, requests, policy), widest)
                 online = replay_lookahead(card, 8, requests, mix, scale.load, scale.lookahead)
                 _count(cell, LOOKAHEAD, online, widest)
+                if rule:
+                    _count(cell, ONLINE_OPTIMUM, replay_with(card, 8, requests, rule), widest)
             cells.append(cell)
     return cells
 
@@ -299,6 +389,8 @@ def exact_node_table(cells: Sequence[Cell]) -> str:
         ]
         row += [ratio(t.acceptance, best) for t in cell.policies.values()]
         row.append(ratio(cell.references[LOOKAHEAD].acceptance, best))
+        online = cell.references.get(ONLINE_OPTIMUM)
+        row.append(ratio(online.acceptance, best) if online else "")
         refused = cell.widest_refused
         row.append(
             f"{refused['optimum']} / {refused[OURS]} / {refused[LOOKAHEAD]} / {cell.widest_offered}"
@@ -308,7 +400,8 @@ def exact_node_table(cells: Sequence[Cell]) -> str:
     return table(
         ["node model mix", "optimum", "bound/opt"]
         + [f"{n} /opt" for n in names]
-        + [f"{LOOKAHEAD} (ref.) /opt", "whole-card refused opt / ours / lookahead / asked"]
+        + [f"{LOOKAHEAD} (ref.) /opt", f"{ONLINE_OPTIMUM} (ref.) /opt"]
+        + ["whole-card refused opt / ours / lookahead / asked"]
         + ["unproven"],
         rows,
     )
@@ -409,12 +502,48 @@ def _lookahead_verdicts(exact_node: Sequence[Cell], online: Sequence[Cell], ours
     return lines
 
 
+def _online_optimum_verdicts(
+    cells: Sequence[OnlineCell], out_of_reach: Sequence[str], exact_node: Sequence[Cell], ours: str
+) -> list[str]:
+    """Ours against the best online allocator: exactly in the long run, and where that
+    allocator's rule stands against the clairvoyant optimum on the short streams."""
+    lines = []
+    for cards in sorted({c.cards for c in cells}, reverse=True):
+        measured = [c for c in cells if c.cards == cards and ours in c.policies]
+        if not measured:
+            continue
+        to_best = statistics.fmean(
+            c.policies[ours].acceptance / c.optimum.acceptance for c in measured
+        )
+        models = ", ".join(dict.fromkeys(c.model for c in measured))
+        lines.append(
+            f"{ours} / {ONLINE_OPTIMUM} (exact long run; {cards} cards, {models}; mixes with "
+            f"independent lengths), mean over cells: {to_best:.4f} -> within 2%: "
+            + ("HOLDS" if to_best >= 0.98 else "FAILS")
+        )
+    if out_of_reach:
+        lines.append(f"  {ONLINE_OPTIMUM} out of reach: " + "; ".join(out_of_reach))
+    known = [c for c in exact_node if ONLINE_OPTIMUM in c.references]
+    if known:
+        to_opt = statistics.fmean(
+            c.references[ONLINE_OPTIMUM].acceptance / c.references["optimum"].acceptance
+            for c in known
+        )
+        lines.append(
+            f"{ONLINE_OPTIMUM}'s rule / exact clairvoyant optimum (8 cards, short streams, "
+            f"the {len(known)} cells where it is known), mean: {to_opt:.4f}; {ours} there: "
+            f"{_mean_ratio(known, ours, 'optimum'):.4f}"
+        )
+    return lines
+
+
 def verdicts(
     node: Sequence[Cell],
     small: Sequence[tuple[int, Cell]],
     exact_node: Sequence[Cell],
     ours: str,
     online: Sequence[Cell] = (),
+    best_online: tuple[Sequence[OnlineCell], Sequence[str]] = ((), ()),
 ) -> list[str]:
     lines, behind, significant = _behind_baseline(node, ours)
     verdict = "HOLDS" if not behind else "FAILS on " + ", ".join(behind)
@@ -465,6 +594,7 @@ def verdicts(
         f"{ours} / LP upper bound (8 cards, long streams; loose), mean over cells: {to_bound:.4f}"
     )
     lines.append(f"{ours} / repacking reference (8 cards, not a bound): {to_repack:.4f}")
+    lines += _online_optimum_verdicts(*best_online, exact_node, ours)
     return lines + _lookahead_verdicts(exact_node, online, ours)
 
 
@@ -489,13 +619,22 @@ def run(
         f"8-card nodes: {scale.node_streams} stream(s) x {scale.node_requests} requests per cell",
         node_table(node),
     )
-    exact_node = exact_node_cells(scale, policies)
+    best_online = online_cells(scale, policies)
+    rules = {(c.model, c.mix): c.rule for c in best_online[0] if c.cards == 8}
+    exact_node = exact_node_cells(scale, policies, rules)
     if exact_node:
         out += _section(
             f"8-card nodes against the exact clairvoyant optimum (integer program, "
             f"{scale.exact_streams} stream(s) x {scale.exact_requests} requests per cell, "
             f"at most {NODE_LIMIT} branch-and-bound nodes each)",
             exact_node_table(exact_node),
+        )
+    if best_online[0]:
+        out += _section(
+            "Nodes against the best online allocator (exact long-run "
+            "acceptance: the node as a Markov decision process; mixes with independent "
+            "lengths; rules act on the node up to card order)",
+            online_table(best_online[0]),
         )
     online = lookahead_cells(scale, policies)
     if online:
@@ -514,5 +653,5 @@ def run(
     out.append("")
     for name in policies:
         if name == OURS or name not in POLICIES:
-            out.extend(verdicts(node, small, exact_node, name, online))
+            out.extend(verdicts(node, small, exact_node, name, online, best_online))
     return "\n".join(out)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from hygon_dcu_plugin.placement import CardView, occupied_by
@@ -17,6 +17,12 @@ from hygon_dcu_plugin.placement import CardView, occupied_by
 from .policies import Policy
 from .tables import CardModel
 from .workload import Request
+
+# Per card: the live instances by request id, each as (first slice, slice count).
+Live = Sequence[dict[int, tuple[int, int]]]
+# Where a request goes, seeing the live instances and the request's position in the stream:
+# (card, first slice, slice count), or None to refuse.
+Decider = Callable[[Live, Request, int], tuple[int, int, int] | None]
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,22 @@ def card_views(card: CardModel, spans: Sequence[dict[int, tuple[int, int]]]) -> 
 
 
 def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Policy) -> Outcome:
+    """Replay the stream with a policy that sees the node as the allocator does (CardViews)."""
+
+    def decide(live: Live, request: Request, _position: int) -> tuple[int, int, int] | None:
+        decision = policy(card_views(card, live), request.profile)
+        if decision is None:
+            return None
+        index, placement = decision
+        return index, placement.start, placement.size
+
+    return replay_with(card, cards, requests, decide)
+
+
+def replay_with(
+    card: CardModel, cards: int, requests: Sequence[Request], decide: Decider
+) -> Outcome:
+    """Replay the stream with `decide` making every placement (checked for overlap and size)."""
     live: list[dict[int, tuple[int, int]]] = [{} for _ignored in range(cards)]
     departures: list[tuple[float, int, int]] = []  # (time, request id, card)
     free_slices = cards * card.slice_count
@@ -55,25 +77,24 @@ def replay(card: CardModel, cards: int, requests: Sequence[Request], policy: Pol
     offered = stranded = 0.0
     stranded_refusals = 0
     refused: Counter[str] = Counter()
-    for request in sorted(requests, key=lambda r: (r.arrive, r.id)):
+    for position, request in enumerate(sorted(requests, key=lambda r: (r.arrive, r.id))):
         while departures and departures[0][0] <= request.arrive:
             _ignored, rid, index = heapq.heappop(departures)
             free_slices += live[index].pop(rid)[1]
         offered += request.slices * request.duration
-        decision = policy(card_views(card, live), request.profile)
+        decision = decide(live, request, position)
         if decision is None:
             refused[request.profile] += 1
             if free_slices >= request.slices:
                 stranded += request.slices * request.duration
                 stranded_refusals += 1
             continue
-        index, placement = decision
+        index, start, size = decision
         taken = set().union(*(range(s, s + n) for s, n in live[index].values()))
-        wanted = set(range(placement.start, placement.start + placement.size))
-        if taken & wanted or placement.size != request.slices:
-            raise AssertionError(f"policy overlapped or mis-sized: {placement} on card {index}")
-        live[index][request.id] = (placement.start, placement.size)
-        free_slices -= placement.size
+        if taken & set(range(start, start + size)) or size != request.slices:
+            raise AssertionError(f"decider overlapped or mis-sized: {start}+{size} on card {index}")
+        live[index][request.id] = (start, size)
+        free_slices -= size
         accepted += 1
         heapq.heappush(departures, (request.depart, request.id, index))
     return Outcome(len(requests), accepted, offered, stranded, stranded_refusals, refused)

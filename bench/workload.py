@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from .tables import CardModel, Profile
 
 MIXES = ("small-heavy", "wide-heavy", "uniform", "bursty")
+# The mixes whose requests run independent exponential lengths (bursty's pods share a job's).
+INDEPENDENT_MIXES = ("small-heavy", "wide-heavy", "uniform")
 MEAN_DURATION = 1.0
 MEAN_BURST = 3.5  # bursty mix: requests per burst, uniform over 1..6
 
@@ -49,15 +51,26 @@ def mix_weights(mix: str, profiles: Sequence[Profile]) -> list[float]:
     raise ValueError(f"unknown mix {mix!r}; use one of {MIXES}")
 
 
+def arrival_rate(card: CardModel, cards: int, mix: str, load: float) -> float:
+    """Requests per unit time (jobs' pods counted one by one) that make the offered load `load`."""
+    profiles = narrowest_first(card)
+    weights = mix_weights(mix, profiles)
+    mean_slices = sum(w * p.slices for w, p in zip(weights, profiles, strict=True)) / sum(weights)
+    return load * cards * card.slice_count / (MEAN_DURATION * mean_slices)
+
+
+def narrowest_first(card: CardModel) -> list[Profile]:
+    return sorted(card.profiles, key=lambda p: (p.slices, p.name))
+
+
 def stream(
     card: CardModel, cards: int, mix: str, load: float, requests: int, seed: int
 ) -> list[Request]:
     """`requests` requests on a node of `cards` cards, arriving so offered load is `load`."""
     rng = random.Random(seed)
-    profiles = sorted(card.profiles, key=lambda p: (p.slices, p.name))
+    profiles = narrowest_first(card)
     weights = mix_weights(mix, profiles)
-    mean_slices = sum(w * p.slices for w, p in zip(weights, profiles, strict=True)) / sum(weights)
-    rate = load * cards * card.slice_count / (MEAN_DURATION * mean_slices)
+    rate = arrival_rate(card, cards, mix, load)
     out: list[Request] = []
     now = 0.0
     while len(out) < requests:
