@@ -38,7 +38,6 @@ from .workload import INDEPENDENT_MIXES, MIXES, Request, seed_for, stream
 MODELS = ("c3000-bw", "hypo-x8")
 LOOKAHEAD = "online lookahead"
 ONLINE_OPTIMUM = "online optimum"
-EMPTY: Mapping[tuple[str, str], Decider] = {}
 LOOKAHEAD_SAMPLING = Lookahead(futures=32, horizon=30)
 
 
@@ -287,7 +286,9 @@ def online_table(cells: Sequence[OnlineCell]) -> str:
 
 
 def exact_node_cells(
-    scale: Scale, policies: dict[str, Policy], rules: Mapping[tuple[str, str], Decider] = EMPTY
+    scale: Scale,
+    policies: dict[str, Policy],
+    rules: Mapping[tuple[str, str], Decider] | None = None,
 ) -> list[Cell]:
     """8-card nodes, short streams: every policy against the integer program's optimum, with
     the online lookahead and, where `rules` has one for the (model, mix), the online optimum's
@@ -300,7 +301,7 @@ def exact_node_cells(
         widest = max(card.profiles, key=lambda p: p.slices).name
         for mix in MIXES:
             progress(f"8 cards {model} {mix} (integer program)")
-            rule = rules.get((model, mix))
+            rule = (rules or {}).get((model, mix))
             known = (ONLINE_OPTIMUM,) if rule else ()
             cell = _empty_cell(model, mix, policies, "optimum", "optimum bound", LOOKAHEAD, *known)
             cell.widest_refused = dict.fromkeys([*policies, "optimum", LOOKAHEAD, *known], 0)
