@@ -472,14 +472,18 @@ def _mean_ratio(cells: Sequence[Cell], ours: str, reference: str) -> float:
     )
 
 
+def _reference_to_optimum(cells: Sequence[Cell], reference: str) -> float:
+    """A reference's acceptance over the exact optimum's, averaged over cells."""
+    return statistics.fmean(
+        c.references[reference].acceptance / c.references["optimum"].acceptance for c in cells
+    )
+
+
 def _lookahead_verdicts(exact_node: Sequence[Cell], online: Sequence[Cell], ours: str) -> list[str]:
     """Where the online lookahead stands: against the exact optimum, and against ours."""
     lines = []
     if exact_node:
-        to_opt = statistics.fmean(
-            c.references[LOOKAHEAD].acceptance / c.references["optimum"].acceptance
-            for c in exact_node
-        )
+        to_opt = _reference_to_optimum(exact_node, LOOKAHEAD)
         lines.append(
             f"{LOOKAHEAD} (knows the mix, not the stream) / exact optimum (8 cards, short "
             f"streams), mean over cells: {to_opt:.4f}; {ours} / {LOOKAHEAD}: "
@@ -526,10 +530,7 @@ def _online_optimum_verdicts(
         lines.append(f"  {ONLINE_OPTIMUM} out of reach: " + "; ".join(out_of_reach))
     known = [c for c in exact_node if ONLINE_OPTIMUM in c.references]
     if known:
-        to_opt = statistics.fmean(
-            c.references[ONLINE_OPTIMUM].acceptance / c.references["optimum"].acceptance
-            for c in known
-        )
+        to_opt = _reference_to_optimum(known, ONLINE_OPTIMUM)
         lines.append(
             f"{ONLINE_OPTIMUM}'s rule / exact clairvoyant optimum (8 cards, short streams, "
             f"the {len(known)} cells where it is known), mean: {to_opt:.4f}; {ours} there: "
