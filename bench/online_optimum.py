@@ -11,7 +11,9 @@ Relative value iteration on the uniformised chain gives the highest long-run acc
 placement rule that sees the live instances (but not the future) can reach, with a proven
 bracket (for any bias vector h, min(Th - h) <= optimal gain <= max(Th - h)), and a rule that
 reaches it. The same chain with a fixed rule gives that rule's exact long-run acceptance, so
-ours is measured against the optimum without sampling noise. A rule here acts on a canonical
+ours is measured against the optimum without sampling noise. For short streams that start on
+an empty node, `expected_accepted` gives the exact expectation instead, for the best online rule
+(which may also use how many requests are left) and for a fixed one. A rule here acts on a canonical
 node (cards in layout order), so where ours ranks two cards equal, the tie goes as the canonical
 order says rather than by card index; ours is otherwise the plugin's `choose()` unchanged.
 
@@ -233,8 +235,9 @@ def optimal(chain: NodeChain, tolerance: float = 1e-6) -> tuple[Gain, np.ndarray
     return solve(chain, chain.choices, tolerance)
 
 
-def evaluate(chain: NodeChain, policy: Policy, tolerance: float = 1e-6) -> Gain:
-    """A placement policy's exact long-run gain, the policy deciding on each canonical node."""
+def decisions(chain: NodeChain, policy: Policy) -> list[np.ndarray]:
+    """Per profile, the state each state moves to when the policy places such a request on the
+    canonical node (-1 where it refuses): `choices` with one column."""
     fixed = []
     for profile in chain.profiles:
         column = np.full((len(chain.states), 1), -1, dtype=np.int64)
@@ -245,7 +248,41 @@ def evaluate(chain: NodeChain, policy: Policy, tolerance: float = 1e-6) -> Gain:
                 live = (*chain.layouts[state[card]], (placement.start, placement.size))
                 column[index, 0] = chain.replaced(state, card, chain.layout_id(live))
         fixed.append(column)
-    return solve(chain, fixed, tolerance)[0]
+    return fixed
+
+
+def evaluate(chain: NodeChain, policy: Policy, tolerance: float = 1e-6) -> Gain:
+    """A placement policy's exact long-run gain, the policy deciding on each canonical node."""
+    return solve(chain, decisions(chain, policy), tolerance)[0]
+
+
+def expected_accepted(chain: NodeChain, choices: Sequence[np.ndarray], requests: int) -> float:
+    """Expected requests accepted of a stream of `requests` that starts on an empty node, the
+    best of `choices` taken at every arrival. With the chain's own choices this is the best any
+    online rule can do on such a stream, even one that knows how many requests are left.
+
+    Dynamic programming over (state, arrivals left): from a state, the next event is an arrival
+    (then the choice, with one arrival fewer left) or a departure (a state with one instance
+    fewer, solved first, since states are taken in order of live instances)."""
+    arriving = sum(chain.rates)
+    live = np.array([sum(len(chain.layouts[k]) for k in state) for state in chain.states])
+    levels = [np.flatnonzero(live == count) for count in range(int(live.max()) + 1)]
+    after = np.zeros(len(chain.states))  # value with no arrival left
+    for _left in range(requests):
+        arrival = np.zeros(len(chain.states))
+        for rate, options in zip(chain.rates, choices, strict=True):
+            reachable = np.where(options >= 0, after[np.maximum(options, 0)], -np.inf)
+            taken = np.where(options[:, 0] >= 0, reachable.max(axis=1) + 1.0, after)
+            arrival += rate / arriving * taken
+        value = np.zeros(len(chain.states))
+        for level in levels:
+            departing = chain.departures[level] @ value
+            value[level] = (arriving * arrival[level] + departing) / (
+                arriving + chain.leaving[level]
+            )
+        after = value
+    empty = chain.state_id([chain.layout_id(())] * chain.cards)
+    return float(after[empty])
 
 
 class OptimalRule:

@@ -14,7 +14,9 @@ from bench.online_optimum import (
     NodeChain,
     OptimalRule,
     StateSpaceTooLarge,
+    decisions,
     evaluate,
+    expected_accepted,
     optimal,
 )
 from bench.placement_quality import ONLINE_OPTIMUM
@@ -131,6 +133,33 @@ def test_the_optimal_rule_replayed_on_a_long_stream_reaches_the_exact_gain(bw: C
     assert ours == pytest.approx(ours_exact, abs=0.01)
     assert rule - ours == pytest.approx(best.acceptance - ours_exact, abs=0.003)
     assert rule > ours
+
+
+def test_expected_acceptance_of_a_short_stream_from_an_empty_node(bw: CardModel) -> None:
+    # One card, whole-card requests only: the first always fits; the second fits exactly when
+    # the first has left before it arrives, which has probability mu / (lambda + mu).
+    rate = 1.5
+    chain = NodeChain(bw, 1, {"8g.63gb": rate})
+    leaving = 1.0 / MEAN_DURATION
+    for choices in (chain.choices, decisions(chain, POLICIES[OURS])):
+        assert expected_accepted(chain, choices, 1) == pytest.approx(1.0)
+        assert expected_accepted(chain, choices, 2) == pytest.approx(1 + leaving / (rate + leaving))
+    # A mix with real choices: ours' exact expectation against the mean of 4,000 replays, and the
+    # online optimum (which knows how many requests are left) ahead of every policy.
+    chain = NodeChain.for_mix(bw, 2, "small-heavy", 1.0)
+    ours = expected_accepted(chain, decisions(chain, POLICIES[OURS]), 10)
+    runs = [
+        replay(
+            bw, 2, stream(bw, 2, "small-heavy", 1.0, 10, seed_for("expected", r)), POLICIES[OURS]
+        )
+        for r in range(4000)
+    ]
+    mean = sum(run.accepted for run in runs) / len(runs)
+    assert mean == pytest.approx(ours, abs=0.07)  # about 3 standard errors of the mean
+    best = expected_accepted(chain, chain.choices, 10)
+    for name, policy in POLICIES.items():
+        assert expected_accepted(chain, decisions(chain, policy), 10) <= best + 1e-9, name
+    assert best > ours
 
 
 def test_a_node_too_large_to_enumerate_is_refused_with_its_size() -> None:
