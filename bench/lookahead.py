@@ -25,7 +25,14 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from hygon_dcu_plugin.placement import PACK, CardView, card_option, free_placements, slices_of
+from hygon_dcu_plugin.placement import (
+    PACK,
+    CardView,
+    card_option,
+    free_placements,
+    occupied_by,
+    slices_of,
+)
 
 from .replay import Live, Outcome, replay_with
 from .tables import CardModel
@@ -80,10 +87,7 @@ class MemoisedPack:
 def play_forward(ours: MemoisedPack, layout: Layout, future: Sequence[Request]) -> int:
     """Requests ours accepts from `future`, starting from `layout`."""
     # Frozen sets, as the memo keys them; only the card that changes is rebuilt.
-    taken = [
-        frozenset(s for start, size, _end in instances for s in range(start, start + size))
-        for instances in layout
-    ]
+    taken = [occupied_by((start, size) for start, size, _end in instances) for instances in layout]
     ends = [
         (end, index, start, size)
         for index, instances in enumerate(layout)
@@ -196,10 +200,7 @@ def replay_lookahead(
     def choose(live: Live, request: Request, position: int) -> tuple[int, int, int] | None:
         futures = _Futures(card, live, mix, load, lookahead)
         samples = functools.partial(futures.after, request.arrive, position, total - position - 1)
-        occupied = [
-            frozenset(s for start, size in instances.values() for s in range(start, start + size))
-            for instances in live
-        ]
+        occupied = [occupied_by(instances.values()) for instances in live]
         return decide(card, ours, occupied, request.profile, request.arrive, samples)
 
     return replay_with(card, cards, requests, choose)

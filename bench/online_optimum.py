@@ -32,7 +32,7 @@ import numpy as np
 from hygon_dcu_plugin.placement import CardView, free_placements, occupied_by
 from scipy.sparse import csr_matrix
 
-from .optimum import symmetries
+from .optimum import card_layouts, symmetries
 from .policies import Policy
 from .replay import Live
 from .tables import CardModel
@@ -65,25 +65,6 @@ class Gain:
         return (self.high - self.low) / (2 * self.offered)
 
 
-def card_layouts(card: CardModel) -> list[frozenset[tuple[int, int]]]:
-    """Every set of legal placements that share no slice (what one card can hold at once)."""
-    spans = sorted({(q.start, q.size) for p in card.profiles for q in p.placements})
-    found: list[frozenset[tuple[int, int]]] = []
-
-    def grow(i: int, used: frozenset[int], chosen: frozenset[tuple[int, int]]) -> None:
-        if i == len(spans):
-            found.append(chosen)
-            return
-        grow(i + 1, used, chosen)
-        start, size = spans[i]
-        slots = frozenset(range(start, start + size))
-        if not slots & used:
-            grow(i + 1, used | slots, chosen | {spans[i]})
-
-    grow(0, frozenset(), frozenset())
-    return found
-
-
 class NodeChain:
     """The node as a Markov decision process (see the module docstring)."""
 
@@ -104,7 +85,9 @@ class NodeChain:
         self.rates = [rates.get(p.name, 0.0) for p in self.profiles]
         self.offered = sum(self.rates)
         self._symmetries = symmetries(card)
-        self.layouts = sorted({self.canonical(layout) for layout in card_layouts(card)})
+        self.layouts = sorted(
+            {self.canonical((s, n) for _profile, s, n in layout) for layout in card_layouts(card)}
+        )
         self._layout_ids = {layout: i for i, layout in enumerate(self.layouts)}
         count = math.comb(len(self.layouts) + cards - 1, cards)
         if count > max_states:

@@ -208,25 +208,33 @@ class _MinCostFlow:
         return total
 
 
-def _card_layouts(card: CardModel) -> tuple[tuple[int, ...], ...]:
-    """Maximal per-profile instance counts one card can hold at once (profiles in table order)."""
-    names = [p.name for p in card.profiles]
-    spans = [(names.index(p.name), q.start, q.size) for p in card.profiles for q in p.placements]
-    found: set[tuple[int, ...]] = set()
+def card_layouts(card: CardModel) -> list[frozenset[tuple[str, int, int]]]:
+    """Every set of legal placements, each (profile, first slice, slice count), that share no
+    slice: what one card can hold at once."""
+    spans = [(p.name, q.start, q.size) for p in card.profiles for q in p.placements]
+    found: list[frozenset[tuple[str, int, int]]] = []
 
-    def grow(i: int, used: frozenset[int], counts: list[int]) -> None:
+    def grow(i: int, used: frozenset[int], chosen: frozenset[tuple[str, int, int]]) -> None:
         if i == len(spans):
-            found.add(tuple(counts))
+            found.append(chosen)
             return
-        grow(i + 1, used, counts)
-        profile, start, size = spans[i]
+        grow(i + 1, used, chosen)
+        _profile, start, size = spans[i]
         slots = frozenset(range(start, start + size))
         if not slots & used:
-            counts[profile] += 1
-            grow(i + 1, used | slots, counts)
-            counts[profile] -= 1
+            grow(i + 1, used | slots, chosen | {spans[i]})
 
-    grow(0, frozenset(), [0] * len(names))
+    grow(0, frozenset(), frozenset())
+    return found
+
+
+def _maximal_counts(card: CardModel) -> tuple[tuple[int, ...], ...]:
+    """Maximal per-profile instance counts one card can hold at once (profiles in table order)."""
+    names = [p.name for p in card.profiles]
+    found = {
+        tuple(sum(1 for profile, _start, _size in layout if profile == name) for name in names)
+        for layout in card_layouts(card)
+    }
     maximal = [
         c
         for c in found
@@ -237,7 +245,7 @@ def _card_layouts(card: CardModel) -> tuple[tuple[int, ...], ...]:
 
 def repacking_acceptance(card: CardModel, cards: int, requests: Sequence[Request]) -> int:
     """Requests accepted when instances could be re-laid out for free (reference, not a bound)."""
-    layouts = _card_layouts(card)
+    layouts = _maximal_counts(card)
     names = [p.name for p in card.profiles]
 
     @functools.cache

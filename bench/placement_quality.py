@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -140,7 +141,7 @@ class Cell:
     references: dict[str, Tally]
     skipped: int = 0  # streams the exact search could not finish
     # Whole-card requests turned away, by policy or reference name (8-card exact setting).
-    widest_refused: dict[str, int] = field(default_factory=dict)
+    widest_refused: Counter[str] = field(default_factory=Counter)
     widest_offered: int = 0
     unproven: int = 0  # streams where the integer program stopped before proving its answer
 
@@ -250,6 +251,7 @@ def online_cells(scale: Scale, policies: dict[str, Policy]) -> tuple[list[Online
     cells: list[OnlineCell] = []
     out_of_reach: list[str] = []
     compared = {name: policies[name] for name in (OURS, BASELINE)}
+    horizon = scale.exact_requests or scale.node_requests
     for cards in scale.online_cards:
         for model in MODELS:
             card = discover(model)
@@ -261,7 +263,6 @@ def online_cells(scale: Scale, policies: dict[str, Policy]) -> tuple[list[Online
                     out_of_reach.append(str(error))
                     break  # the state space does not depend on the mix
                 best, bias = optimal(chain, TOLERANCE)
-                horizon = scale.exact_requests or scale.node_requests
                 gains: dict[str, Gain] = {}
                 expected = {ONLINE_OPTIMUM: expected_accepted(chain, chain.choices, horizon)}
                 for name, policy in compared.items():
@@ -342,7 +343,6 @@ def exact_node_cells(
             rule = (rules or {}).get((model, mix))
             known = (ONLINE_OPTIMUM,) if rule else ()
             cell = _empty_cell(model, mix, policies, "optimum", "optimum bound", LOOKAHEAD, *known)
-            cell.widest_refused = dict.fromkeys([*policies, "optimum", LOOKAHEAD, *known], 0)
             for requests in _streams(
                 card, 8, mix, scale.load, scale.exact_streams, scale.exact_requests
             ):
@@ -374,7 +374,6 @@ def lookahead_cells(scale: Scale, policies: dict[str, Policy]) -> list[Cell]:
         for mix in MIXES:
             progress(f"8 cards {model} {mix} (online lookahead)")
             cell = _empty_cell(model, mix, compared, LOOKAHEAD)
-            cell.widest_refused = dict.fromkeys([*compared, LOOKAHEAD], 0)
             for requests in _streams(
                 card, 8, mix, scale.load, scale.lookahead_streams, scale.lookahead_requests
             ):
