@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hygon_dcu_plugin.placement import CardView, occupied_by
+from hygon_dcu_plugin.placement import CardView, occupied_by, slices_of
 
 from .policies import Policy
 from .tables import CardModel
@@ -90,8 +90,7 @@ def replay_with(
                 stranded_refusals += 1
             continue
         index, start, size = decision
-        taken = set().union(*(range(s, s + n) for s, n in live[index].values()))
-        if taken & set(range(start, start + size)) or size != request.slices:
+        if occupied_by(live[index].values()) & slices_of(start, size) or size != request.slices:
             raise AssertionError(f"decider overlapped or mis-sized: {start}+{size} on card {index}")
         live[index][request.id] = (start, size)
         free_slices -= size
