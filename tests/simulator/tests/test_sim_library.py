@@ -824,8 +824,9 @@ RACER = textwrap.dedent("""
     assert lib.nvmlDeviceGetHandleByIndex(0, ctypes.byref(dev)) == 0
     order = [int(x) for x in sys.argv[2].split(",")]
     rounds = int(sys.argv[3])
-    sys.stdin.readline()  # start line: both racers go at once
     for round_ in range(rounds):
+        # A start line per round: both racers begin each round together, on an empty card.
+        sys.stdin.readline()
         won = []
         for start in order:
             gi = ctypes.c_void_p()
@@ -840,8 +841,10 @@ RACER = textwrap.dedent("""
                 rc = lib.nvmlGpuInstanceDestroy(gi)
                 if rc != 0:
                     print("unexpected destroy", rc, flush=True)
+            print("round done", flush=True)
     print(" ".join(str(start) for start, _ in won), flush=True)
 """)
+ROUNDS = 15
 
 
 def replay_ops(ops: list[str]) -> int:
@@ -869,7 +872,7 @@ def test_concurrent_creates_from_two_processes_never_share_a_slice(
 ) -> None:
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACER, str(simnode.LIB_PATH), order, "15"],
+            [sys.executable, "-c", RACER, str(simnode.LIB_PATH), order, str(ROUNDS)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -877,10 +880,19 @@ def test_concurrent_creates_from_two_processes_never_share_a_slice(
         )
         for order in ("0,1,2,3", "3,2,1,0")
     ]
-    for racer in racers:
-        assert racer.stdin is not None
-        racer.stdin.write("go\n")
-        racer.stdin.flush()
+    # Rounds are released together: without that one racer could still hold the slices it won
+    # while the other ran through several rounds, and fewer than 4 creates per round would be
+    # logged although no slice was ever shared.
+    for round_ in range(ROUNDS):
+        for racer in racers:
+            assert racer.stdin is not None
+            racer.stdin.write("go\n")
+            racer.stdin.flush()
+        if round_ < ROUNDS - 1:
+            for racer in racers:
+                assert racer.stdout is not None
+                line = racer.stdout.readline()
+                assert line == "round done\n", line
     results = [racer.communicate(timeout=120)[0] for racer in racers]
     assert all("unexpected" not in r for r in results), results
     won = [[int(x) for x in r.split()] for r in results]
@@ -889,7 +901,7 @@ def test_concurrent_creates_from_two_processes_never_share_a_slice(
     assert rc == SUCCESS
     assert sorted(lib.gi_info(h).placement.start for h in handles) == [0, 1, 2, 3]
     assert sorted(lib.gi_info(h).id for h in handles) == [3, 4, 5, 6]
-    assert replay_ops(bw.ops()) >= 4 * 15
+    assert replay_ops(bw.ops()) >= 4 * ROUNDS
 
 
 def test_threads_in_one_process_never_share_a_slice(bw: simnode.SimNode, lib: Lib) -> None:
