@@ -9,10 +9,13 @@
 #            or $HYGON_DCU_BASE_IMAGE when set.
 #   --save   also write the image as an OCI archive for `ctr -n k8s.io images import`
 #            (docs/image.md).
+#   --dry-run  print what would be built (tag, base, version, source) and stop.
+#
+# Works from a checkout and from an installed collection (~/.ansible/collections/...).
 #
 # PIP_INDEX_URL, when set, is passed to the build (a site's PyPI mirror).
 # The build context is a staged copy of exactly what the Containerfile copies from the
-# repository (plugin_image/{pyproject.toml,src} and plugins/module_utils), so stray caches and
+# repository (LICENSE, plugin_image/{pyproject.toml,src} and plugins/module_utils), so stray caches and
 # the repository's .venv never reach the build. podman is used when present, else buildah.
 # CONTAINERS_CONF defaults to plugin_image/containers.conf (runc, ulimits: see that file).
 set -eu
@@ -22,20 +25,37 @@ repo="$(cd "$here/.." && pwd)"
 : "${CONTAINERS_CONF:=$here/containers.conf}"
 export CONTAINERS_CONF
 
-version="$(awk -F': *' '$1 == "version" { print $2; exit }' "$repo/galaxy.yml")"
-source_url="$(awk -F': *' '$1 == "repository" { print $2; exit }' "$repo/galaxy.yml")"
+# A checkout has galaxy.yml; an installed collection (ansible-galaxy collection install) has
+# only the MANIFEST.json that the build wrote from it.
+if [ -f "$repo/galaxy.yml" ]; then
+    version="$(awk '$1 == "version:" { print $2; exit }' "$repo/galaxy.yml")"
+    source_url="$(awk '$1 == "repository:" { print $2; exit }' "$repo/galaxy.yml")"
+elif [ -f "$repo/MANIFEST.json" ]; then
+    version="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["collection_info"]["version"])' "$repo/MANIFEST.json")"
+    source_url="$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["collection_info"]["repository"] or "")' "$repo/MANIFEST.json")"
+else
+    echo "$repo has neither galaxy.yml nor MANIFEST.json: run this script from the collection" >&2
+    exit 1
+fi
 tag="localhost/hygon-dcu-plugin:${version:-0.0.0}"
 base="${HYGON_DCU_BASE_IMAGE:-docker.io/library/debian:bookworm-slim}"
 save=""
+dry_run=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --tag) tag="$2"; shift 2 ;;
         --base) base="$2"; shift 2 ;;
         --save) save="$2"; shift 2 ;;
+        --dry-run) dry_run=1; shift ;;
         -h|--help) sed -n '2,/^set -eu$/{/^set -eu$/d;p}' "$0"; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+
+if [ -n "$dry_run" ]; then
+    echo "would build $tag from $base: version ${version:-0.0.0}, source ${source_url:-none}, license Apache-2.0"
+    exit 0
+fi
 
 if command -v podman >/dev/null 2>&1; then
     builder=podman
@@ -51,7 +71,7 @@ if [ "$base" = local ]; then
     "$here/tools/base_image.sh" "$base"
 fi
 
-for required in plugin_image/pyproject.toml plugin_image/src plugins/module_utils; do
+for required in LICENSE plugin_image/pyproject.toml plugin_image/src plugins/module_utils; do
     if [ ! -e "$repo/$required" ]; then
         echo "$repo/$required is missing: the image needs the runtime package and node layer" >&2
         exit 1
@@ -61,7 +81,7 @@ done
 context="$(mktemp -d "${TMPDIR:-/var/tmp}/hygon-dcu-context.XXXXXX")"
 trap 'rm -rf "$context"' EXIT INT TERM
 tar -C "$repo" -c --exclude=__pycache__ --exclude='*.pyc' --exclude='*.egg-info' \
-    plugin_image/Containerfile plugin_image/pyproject.toml plugin_image/src plugins/module_utils |
+    LICENSE plugin_image/Containerfile plugin_image/pyproject.toml plugin_image/src plugins/module_utils |
     tar -C "$context" -x
 
 # PyPI through a TLS-inspecting proxy needs the host's CA bundle; it is handed to the one RUN

@@ -33,6 +33,7 @@ INSTANCE_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-
 # Conf files are a dozen short lines; anything bigger is not one.
 MAX_FILE_BYTES = 64 * 1024
 
+_REGISTRY_DIRS = (REGISTRY_PATH, f"{REGISTRY_PATH}/{COMPUTE_DIR}", f"{REGISTRY_PATH}/{GPU_DIR}")
 _GPU_KEYS = ("pci", "id", "profile_id", "cu_count", "memory_size_MB")
 _COMPUTE_KEYS = ("pci", "gi_id", "id", "profile_id", "cu_count")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -100,6 +101,21 @@ class Registry:
     @property
     def poison(self) -> list[Finding]:
         return [finding for finding in self.findings if finding.kind == "poison"]
+
+    def findings_for_card(self, card_index: int) -> list[Finding]:
+        """Findings that may hide an instance of card ``card_index``: the registry's own
+        directories (``/``, ``ci/``, ``gi/``) and ``ci/`` entries named for that card or for
+        no card at all. ``gi/`` entries are not read for ownership, so they do not count."""
+        compute_prefix = f"{REGISTRY_PATH}/{COMPUTE_DIR}/"
+        return [
+            finding
+            for finding in self.findings
+            if finding.path in _REGISTRY_DIRS
+            or (
+                finding.path.startswith(compute_prefix)
+                and card_of(finding.path) in (card_index, None)
+            )
+        ]
 
 
 @dataclass(frozen=True)

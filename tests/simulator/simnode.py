@@ -271,11 +271,22 @@ class SimNode:
         return status
 
     def reboot(self) -> None:
-        """Instances and the whole registry directory vanish; the mode is kept."""
+        """Instances and the whole registry directory vanish; the mode is kept, and with the
+        mode on the driver recreates the registry as it comes up: ``dev<N>``, ``gi/``, ``ci/``
+        and no instance entries."""
         with self.locked():
             with contextlib.suppress(FileNotFoundError):
                 (self.sim_dir / "instances").unlink()
             shutil.rmtree(self.registry_dir, ignore_errors=True)
+            if (_read(self.sim_dir / "mode").strip() or "0") == "1":
+                self._create_registry()
+
+    def _create_registry(self) -> None:
+        """The registry as the driver writes it when the mode comes up (caller holds the lock)."""
+        for sub in (self.gi_dir, self.ci_dir):
+            sub.mkdir(parents=True, exist_ok=True)
+        for card in range(self.cards):
+            _write_atomic(self.registry_dir / f"dev{card}", self.pci(card) + "\n")
 
     # --- faults ------------------------------------------------------------------------
     def _append_fault(self, line: str) -> None:
@@ -456,7 +467,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="driver installed without virtualization: no profiles",
     )
-    p_reboot = sub.add_parser("reboot", help="instances and registry vanish, mode kept")
+    p_reboot = sub.add_parser(
+        "reboot", help="instances vanish, mode kept; mode on: the registry is recreated empty"
+    )
     p_reboot.add_argument("root")
     p_status = sub.add_parser("status", help="print the node's state")
     p_status.add_argument("root")

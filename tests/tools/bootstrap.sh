@@ -16,7 +16,9 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 log() { printf '[%s %s] %s\n' "$(basename "$0" .sh)" "$(date +%H:%M:%S)" "$*"; }
 
 apt_packages() {
-  local wanted=(gcc make libc6-dev git rsync lsof psmisc util-linux python3-venv shellcheck)
+  # chromium (+ a font) renders the fleet report page in its test.
+  local wanted=(gcc make libc6-dev git rsync lsof psmisc util-linux python3-venv shellcheck
+    chromium fonts-liberation)
   local missing=()
   local p
   for p in "${wanted[@]}"; do

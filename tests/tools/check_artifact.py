@@ -19,6 +19,9 @@ REQUIRED = (
     "plugin_image/Containerfile",
     "plugin_image/src/hygon_dcu_plugin/",
     "docs/",
+    "LICENSE",
+    "awx/surveys/",
+    "observability/",
 )
 FORBIDDEN_PARTS = (
     ".venv/",

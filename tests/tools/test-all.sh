@@ -82,7 +82,7 @@ mypy_check() {
   (cd "$repo" && mypy \
     "$collections/ansible_collections/hygon/dcu/plugins" \
     plugin_image/src/hygon_dcu_plugin tests/simulator/simnode.py bench tests/tools \
-    tests/unit tests/simulator/tests tests/image tests/conftest.py)
+    tests/unit tests/simulator/tests tests/image tests/cluster/e2e tests/conftest.py)
 }
 
 yamllint_check() {
@@ -126,6 +126,19 @@ image() {
   bash tests/image/run.sh
 }
 
+install_offline() {
+  bash tests/tools/install_test.sh
+}
+
+ansible_floor() {
+  # The role tests proven on the floor (the device_plugin ones are not yet: see docs/install.md).
+  bash tests/tools/floor_test.sh tests/unit/roles/mig_node
+}
+
+cluster() {
+  bash tests/cluster/run_e2e.sh
+}
+
 selected=("$@")
 total_start=$SECONDS
 setup apt apt_packages
@@ -144,7 +157,10 @@ stage ansible-lint lint
 stage molecule molecule_run
 stage build artifact
 stage galaxy-importer importer
+stage install install_offline
+stage floor ansible_floor
 stage image image
+stage cluster cluster
 
 log "summary (total $((SECONDS - total_start))s):"
 printf '  %s\n' "${summary[@]}"

@@ -15,11 +15,16 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
-from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
+from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import (
+    INSUFFICIENT_RESOURCES,
+    HydmiError,
+)
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Instance, Node
+from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDRESS, card_of
 
 from .advertise import free_capacity
 from .api import deviceplugin_v1beta1_pb2 as pb
+from .events import NORMAL, WARNING, PodEvents
 from .identify import Target, identify
 from .kube import KubeApi, KubeApiError, Pod
 from .locks import Locks
@@ -29,11 +34,11 @@ from .podresources import PodLister, PodResourcesError
 from .records import Record, RecordStore
 from .response import partition_response, under, whole_card_response
 from .vocabulary import (
-    ANNOTATION_PREFIX,
     FAMILY,
     PROFILE_PREFIX,
     WHOLE_CARD,
     RequestRefused,
+    annotation_key,
     requested_profile,
 )
 
@@ -43,17 +48,16 @@ Checkpoint = Callable[[str], None]
 
 
 def card_views(cards: Sequence[Card]) -> list[CardView]:
-    """Healthy cards as the placement policy sees them.
+    """Healthy cards with a registry address, as the placement policy sees them.
 
-    After a reboot the registry (and with it dev<N>, the only index -> PCI map) is gone until
-    the driver recreates it on the next create, so a card may have no address yet. It is
-    still offered, keyed by index; such a card has no instance, so nothing else (the
-    reclaimer works on addressed cards only) needs its lock meanwhile.
+    With the mode on the driver writes dev<N> (the only index -> PCI map) as the mode comes
+    up, after a reboot too. A card without one has a damaged registry: it is not offered,
+    since its lock, its records and the reclaimer all key on the address.
     """
     return [
-        CardView(c.index, c.pci or f"index-{c.index}", c.slice_count, c.profiles, c.occupied)
+        CardView(c.index, c.pci, c.slice_count, c.profiles, c.occupied)
         for c in cards
-        if c.healthy
+        if c.healthy and c.pci
     ]
 
 
@@ -79,8 +83,12 @@ class Allocator:
         policy: str = PACK,
         on_change: Callable[[], None] = lambda: None,
         checkpoint: Checkpoint | None = None,
+        advertised: Callable[[str], set[str]] = lambda resource: set(),
+        events: PodEvents | None = None,
     ) -> None:
         self.node = node
+        self.events = events if events is not None else PodEvents(kube)
+        self.advertised = advertised  # resource -> device ids currently advertised
         self.store = store
         self.kube = kube
         self.lister = lister
@@ -164,10 +172,19 @@ class Allocator:
             return cache[(namespace, name)]
 
         target = identify(FAMILY, device_ids, listed, lookup, records.records)
-        if target.reuse is not None:
-            return self._answer_again(target, target.reuse, device_ids)
-        profile_name = requested_profile(target.container.name, target.container.limits)
-        return self._create(target, profile_name, device_ids)
+        try:
+            if target.reuse is not None:
+                return self._answer_again(target, target.reuse, device_ids)
+            profile_name = requested_profile(target.container.name, target.container.limits)
+            return self._create(target, profile_name, device_ids)
+        except RequestRefused as refused:
+            self.events.emit(
+                target.pod.ref,
+                WARNING,
+                "PartitionRefused",
+                f"container {target.container.name}: {refused}",
+            )
+            raise
 
     def _create(
         self, target: Target, profile_name: str, device_ids: Sequence[str]
@@ -191,9 +208,16 @@ class Allocator:
         pod, container = target.pod, target.container
         with self.locks.card(choice.card.pci):
             profile_id = getattr(choice.profile, "id")  # noqa: B009 (node-layer Profile)
-            instance = self.node.create(
-                choice.card.index, profile_id, choice.placement.start, checkpoint=self.checkpoint
-            )
+            try:
+                instance = self.node.create(
+                    choice.card.index,
+                    profile_id,
+                    choice.placement.start,
+                    checkpoint=self.checkpoint,
+                )
+            except HydmiError as exc:
+                self._explain_poison(choice.card.index, exc)
+                raise
             written: Record | None = None
             try:
                 if instance.uuid is None or instance.conf_path is None:
@@ -230,6 +254,13 @@ class Allocator:
                 self._roll_back(instance, written, exc)
                 raise
         self.metrics.allocations.inc(profile=profile_name)
+        self.events.emit(
+            pod.ref,
+            NORMAL,
+            "PartitionGranted",
+            f"container {container.name}: partition {profile_name} on card {record.card_pci} "
+            f"(slices {record.placement_start}:{record.placement_size}, uuid {record.uuid})",
+        )
         log.info(
             "partition granted",
             extra={
@@ -242,6 +273,24 @@ class Allocator:
             },
         )
         return response
+
+    def _explain_poison(self, card_index: int, exc: HydmiError) -> None:
+        """A directory on a ci/ name makes the driver refuse that id with a bare
+        INSUFFICIENT_RESOURCES: name the directory and the fix instead."""
+        if exc.code != INSUFFICIENT_RESOURCES:
+            return
+        poison = [f for f in self.node.registry().poison if card_of(f.path) == card_index]
+        if not poison:
+            return
+        paths = ", ".join(self.node.host_path(f.path) for f in poison)
+        raise RequestRefused(
+            "poisoned_registry",
+            f"the driver refused a partition on card {card_index} because {paths} "
+            "is a directory where the driver writes an instance file (a container runtime "
+            "creates one when the file it was to bind is missing; it blocks that instance id "
+            "for good). The plugin removes empty ones on its next pass; look inside this one, "
+            "then remove it (rmdir or rm -r) and create the pod again",
+        ) from exc
 
     def _roll_back(self, instance: Instance, record: Record | None, cause: BaseException) -> None:
         log.error(
@@ -267,6 +316,7 @@ class Allocator:
         value = json.dumps(
             {
                 "card": record.card_pci,
+                "container": container,
                 "profile": record.profile,
                 "placement": f"{record.placement_start}:{record.placement_size}",
                 "uuid": record.uuid,
@@ -277,7 +327,7 @@ class Allocator:
             record.namespace,
             record.pod_name,
             record.pod_uid,
-            {ANNOTATION_PREFIX + container: value},
+            {annotation_key(container): value},
         )
 
     def _answer_again(
@@ -333,8 +383,16 @@ class Allocator:
         return whole_card_response(self.host_root, self.answer_root, pcis)
 
     def _card_pci(self, device_id: str) -> str:
-        """hygon.com/dcu ids are PCI addresses (see advertise.whole_card_plan)."""
-        if not os.path.isdir(under(self.host_root, f"/sys/bus/pci/devices/{device_id}")):
+        """hygon.com/dcu ids are PCI addresses (see advertise.whole_card_plan); only ids
+        this plugin advertised are accepted, and only then joined into a path."""
+        if device_id not in self.advertised(WHOLE_CARD):
+            raise RequestRefused(
+                "bad_request",
+                f"{WHOLE_CARD}: device {device_id[:64]!r} was never advertised by this plugin",
+            )
+        if not PCI_ADDRESS.fullmatch(device_id) or not os.path.isdir(
+            under(self.host_root, f"/sys/bus/pci/devices/{device_id}")
+        ):
             raise RequestRefused(
                 "bad_request", f"{WHOLE_CARD}: device {device_id!r} is not a PCI address here"
             )

@@ -31,7 +31,17 @@ def kill_at(step_wanted: str) -> Callable[[str], None]:
     return checkpoint
 
 
+def _fail(message: str) -> int:
+    print(f"hygon-dcu-plugin: {message}", file=sys.stderr)
+    return 2
+
+
 def _serve(args: argparse.Namespace) -> int:
+    from .collection import ensure_collection, missing_packages  # noqa: PLC0415
+
+    problem = missing_packages() or ensure_collection()
+    if problem:
+        return _fail(problem)
     from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: PLC0415
 
     from . import logs  # noqa: PLC0415
@@ -46,8 +56,14 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"hygon-dcu-plugin: configuration error: {exc}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level)
+    if not os.path.isdir(settings.device_plugin_dir):
+        return _fail(
+            f"device_plugin_dir {settings.device_plugin_dir} is not a directory: mount the "
+            "kubelet's device-plugin directory there (the directory, not a socket) or pass "
+            "--device-plugin-dir"
+        )
     try:
-        kube = KubernetesApi(settings.kubeconfig)
+        kube = KubernetesApi(settings.kubeconfig, node_name=settings.node_name)
     except Exception as exc:
         where = settings.kubeconfig or "the in-cluster service account"
         print(
@@ -56,6 +72,20 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    started: list[Runtime] = []  # the health endpoint binds first: a taken port stops us early
+    try:
+        health = HealthServer(
+            settings.health_address,
+            lambda: bool(started) and started[0].alive(),
+            lambda: bool(started) and started[0].registered and started[0].alive(),
+            lambda: started[0].metrics.render() if started else "",
+        )
+    except OSError as exc:
+        return _fail(
+            f"cannot listen on health_address {settings.health_address}: "
+            f"{exc.strerror or exc}; pick a free port with --health-address (or stop what "
+            "holds it)"
+        )
     kill_step = os.environ.get(KILL_AT_ENV)
     runtime = Runtime(
         settings,
@@ -64,12 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
         PodResourcesClient(settings.pod_resources_socket),
         checkpoint=kill_at(kill_step) if kill_step else None,
     )
-    health = HealthServer(
-        settings.health_address,
-        runtime.alive,
-        lambda: runtime.registered and runtime.alive(),
-        runtime.metrics.render,
-    )
+    started.append(runtime)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
-
-import yaml
 
 from .placement import POLICIES
 
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the key and the fix."""
+
+
+# Inclusive bounds of the numeric settings. A resync below the floor busy-loops the reclaimer;
+# above the ceiling (or inf) its wait overflows or a missed event waits for hours.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "grace_seconds": (0.0, 3600.0),
+    "resync_seconds": (0.1, 3600.0),
+}
 
 
 @dataclass(frozen=True)
@@ -32,17 +39,25 @@ class Settings:
     kubeconfig: str | None = None
     health_address: str = "0.0.0.0:9410"  # kubelet probes and Prometheus must reach it
     log_level: str = "info"
+    delete_pods_with_lost_partitions: bool = False
 
     def validate(self) -> Settings:
         if self.policy not in POLICIES:
             raise ConfigError(f"policy: {self.policy!r} is not one of {', '.join(POLICIES)}")
-        if self.grace_seconds < 0:
-            raise ConfigError(f"grace_seconds: {self.grace_seconds} must be >= 0")
-        if self.resync_seconds <= 0:
-            raise ConfigError(f"resync_seconds: {self.resync_seconds} must be > 0")
+        for name, (low, high) in BOUNDS.items():
+            value = getattr(self, name)
+            if not math.isfinite(value) or not low <= value <= high:
+                raise ConfigError(f"{name}: {value} must be a number from {low:g} to {high:g}")
         host, _ignored, port = self.health_address.rpartition(":")
-        if not port.isdigit() or not host:
-            raise ConfigError(f"health_address: {self.health_address!r} must be HOST:PORT")
+        if not port.isascii() or not port.isdigit() or not host or not 0 < int(port) < 65536:
+            raise ConfigError(
+                f"health_address: {self.health_address!r} must be HOST:PORT, port 1-65535"
+            )
+        if not isinstance(self.delete_pods_with_lost_partitions, bool):
+            raise ConfigError(
+                "delete_pods_with_lost_partitions: "
+                f"{self.delete_pods_with_lost_partitions!r} must be true or false"
+            )
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level: {self.log_level!r} must be debug/info/warning/error")
         for name in (
@@ -73,19 +88,38 @@ config file (--config, YAML mapping; flags override it; every key is optional):
   records_dir           ownership records (0700 directory, 0600 files), must survive restarts
   lock_dir              node and per-card lock files
   policy                pack (fullest card that fits) or spread (emptiest card)
-  grace_seconds         a record younger than this is kept unless its pod is confirmed gone
-  resync_seconds        period of the reclaim pass (pod events also trigger one)
+  grace_seconds         a record younger than this is kept while its pod cannot be seen
+                        (0 to 3600; default 30)
+  resync_seconds        period of the reclaim pass (pod events also trigger one; 0.1 to 3600;
+                        default 30)
   node_name             this node's name (default: $NODE_NAME)
   kubeconfig            kubeconfig file (default: in-cluster service account)
   health_address        HOST:PORT of /healthz, /readyz and /metrics
   log_level             debug, info, warning or error (logs are JSON lines on stderr)
+  delete_pods_with_lost_partitions (true/false, default false)
+                        true: delete a running pod whose partition is gone (after a power
+                        loss, or destroyed by hand) so its controller recreates it; false:
+                        only a Warning Event and a metric
 """
+
+
+def parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1"):
+        return True
+    if lowered in ("false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not true or false")
 
 
 def _coerce(name: str, value: Any) -> Any:
     default = getattr(Settings(), name)
     if value is None:
         return None
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name}: {value!r} must be true or false")
+        return value
     if isinstance(default, float):
         try:
             return float(value)
@@ -97,6 +131,8 @@ def _coerce(name: str, value: Any) -> Any:
 
 
 def load_file(path: str) -> dict[str, Any]:
+    import yaml  # noqa: PLC0415 (a missing PyYAML is reported by the caller, in one line)
+
     try:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
@@ -120,7 +156,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="YAML config file (keys below)")
     for name in KEYS:
         flag = "--" + name.replace("_", "-")
-        kind = float if isinstance(getattr(Settings(), name), float) else str
+        default = getattr(Settings(), name)
+        kind: Any = str
+        if isinstance(default, bool):
+            kind = parse_bool
+        elif isinstance(default, float):
+            kind = float
         choices = POLICIES if name == "policy" else None
         parser.add_argument(
             flag,
@@ -128,8 +169,15 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             type=kind,
             default=None,
             choices=choices,
-            help=f"overrides {name} (default {getattr(Settings(), name)!r})",
+            help=f"overrides {name} (default {_shown(name, default)})",
         )
+
+
+def _shown(name: str, default: Any) -> str:
+    if name in BOUNDS:
+        low, high = BOUNDS[name]
+        return f"{default:g}, {low:g} to {high:g}"
+    return repr(default)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

@@ -11,7 +11,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kubernetes import client, config, watch
@@ -23,9 +23,12 @@ API_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("", "pods", "patch"),  # annotate_pod: record the partition on the pod
     ("", "pods", "list"),  # list_node_pods, and the list behind watch_pods
     ("", "pods", "watch"),  # watch_pods: wake the reclaimer when a pod on this node changes
+    ("", "pods", "delete"),  # delete_pod_with_uid: opt-in, pods whose partition is lost
+    ("", "events", "create"),  # create_event: granted, refused, stuck, lost
 )
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+EVENT_SOURCE = "hygon-dcu-device-plugin"
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,29 @@ class Pod:
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
 
+    @property
+    def ref(self) -> PodRef:
+        return PodRef(self.namespace, self.name, self.uid)
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """Enough of a pod to act on exactly that pod (the uid guards against a namesake)."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PodEvent:
+    """One change the pod watch saw: kind is ADDED, MODIFIED or DELETED."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
 
 class KubeApiError(Exception):
     """The API server could not be asked (network, auth); nothing can be concluded."""
@@ -73,10 +99,16 @@ class KubeApi(Protocol):
     ) -> None:
         """Merge annotations into the pod, only if it is still the pod with this uid."""
 
+    def delete_pod_with_uid(self, pod: PodRef) -> None:
+        """Delete the pod, only if it is still the pod with this uid."""
+
+    def create_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
+        """Record a Kubernetes Event (kind Normal or Warning) about the pod."""
+
     def watch_pods(
-        self, node_name: str, on_change: Callable[[], None], stop: threading.Event
+        self, node_name: str, on_event: Callable[[PodEvent], None], stop: threading.Event
     ) -> None:
-        """Call on_change whenever a pod bound to node_name changes, until stop is set."""
+        """Call on_event for every change of a pod bound to node_name, until stop is set."""
 
 
 def _limits(container: Any) -> dict[str, str]:
@@ -105,10 +137,24 @@ def pod_from_api(obj: Any) -> Pod:
     )
 
 
+def _pod_event(event: Any) -> PodEvent:
+    obj = event.get("object") if isinstance(event, dict) else None
+    meta = getattr(obj, "metadata", None)
+    return PodEvent(
+        kind=str(event.get("type", "")) if isinstance(event, dict) else "",
+        namespace=str(getattr(meta, "namespace", "") or ""),
+        name=str(getattr(meta, "name", "") or ""),
+        uid=str(getattr(meta, "uid", "") or ""),
+    )
+
+
 class KubernetesApi:
     """The real API server through the `kubernetes` client (in-cluster or kubeconfig)."""
 
-    def __init__(self, kubeconfig: str | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self, kubeconfig: str | None = None, timeout: float = 10.0, node_name: str | None = None
+    ) -> None:
+        self._node_name = node_name
         if kubeconfig:
             config.load_kube_config(config_file=kubeconfig)
         else:
@@ -157,20 +203,61 @@ class KubernetesApi:
         except Exception as exc:
             raise KubeApiError(f"annotate pod {namespace}/{name}: {exc}") from exc
 
+    def delete_pod_with_uid(self, pod: PodRef) -> None:
+        body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid))
+        try:
+            self._core.delete_namespaced_pod(
+                pod.name, pod.namespace, body=body, _request_timeout=self._timeout
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            raise KubeApiError(
+                f"delete pod {pod.namespace}/{pod.name}: HTTP {exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:
+            raise KubeApiError(f"delete pod {pod.namespace}/{pod.name}: {exc}") from exc
+
+    def create_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
+        now = datetime.now(UTC)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(
+                generate_name=f"{pod.name[:200]}.", namespace=pod.namespace
+            ),
+            involved_object=client.V1ObjectReference(
+                api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
+            ),
+            type=kind,
+            reason=reason,
+            message=message,
+            source=client.V1EventSource(component=EVENT_SOURCE, host=self._node_name),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        try:
+            self._core.create_namespaced_event(pod.namespace, body, _request_timeout=self._timeout)
+        except ApiException as exc:
+            raise KubeApiError(
+                f"event on pod {pod.namespace}/{pod.name}: HTTP {exc.status} {exc.reason}"
+            ) from exc
+        except Exception as exc:
+            raise KubeApiError(f"event on pod {pod.namespace}/{pod.name}: {exc}") from exc
+
     def watch_pods(
-        self, node_name: str, on_change: Callable[[], None], stop: threading.Event
+        self, node_name: str, on_event: Callable[[PodEvent], None], stop: threading.Event
     ) -> None:
         selector = f"spec.nodeName={node_name}"
         while not stop.is_set():
             watcher = watch.Watch()
             try:
-                for _event in watcher.stream(
+                for event in watcher.stream(
                     self._core.list_pod_for_all_namespaces,
                     field_selector=selector,
                     timeout_seconds=60,
                     _request_timeout=90,
                 ):
-                    on_change()
+                    on_event(_pod_event(event))
                     if stop.is_set():
                         break
             except Exception as exc:  # the periodic resync covers the gap; retry the watch

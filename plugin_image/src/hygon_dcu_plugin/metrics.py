@@ -1,97 +1,35 @@
-"""Prometheus metrics in the text exposition format, with no client library to ship."""
+"""The device plugin's metrics (every name is listed in docs/image.md)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterable, Sequence
+from .prometheus_text import Counter, Gauge, Histogram, LabelKey, Metric, render
 
-LabelKey = tuple[tuple[str, str], ...]
+__all__ = ["FAILURE_REASONS", "RECLAIM_ACTIONS", "LabelKey", "Metrics"]
 
-
-def _labels(key: LabelKey, extra: Iterable[tuple[str, str]] = ()) -> str:
-    pairs = [*key, *extra]
-    if not pairs:
-        return ""
-    body = ",".join(
-        f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-        for k, v in pairs
-    )
-    return "{" + body + "}"
-
-
-class _Metric:
-    kind = ""
-
-    def __init__(self, name: str, help_text: str) -> None:
-        self.name = name
-        self.help = help_text
-        self._lock = threading.Lock()
-
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-
-    def render(self) -> list[str]:
-        raise NotImplementedError
-
-
-class Counter(_Metric):
-    kind = "counter"
-
-    def __init__(self, name: str, help_text: str) -> None:
-        super().__init__(name, help_text)
-        self._values: dict[LabelKey, float] = {}
-
-    def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
-
-    def value(self, **labels: str) -> float:
-        with self._lock:
-            return self._values.get(tuple(sorted(labels.items())), 0.0)
-
-    def render(self) -> list[str]:
-        with self._lock:
-            return [f"{self.name}{_labels(k)} {v:g}" for k, v in sorted(self._values.items())]
-
-
-class Gauge(Counter):
-    kind = "gauge"
-
-    def set_all(self, values: dict[LabelKey, float]) -> None:
-        """Replace every series (labels that disappeared read as gone, not stale)."""
-        with self._lock:
-            self._values = dict(values)
-
-
-class Histogram(_Metric):
-    kind = "histogram"
-
-    def __init__(self, name: str, help_text: str, buckets: Sequence[float]) -> None:
-        super().__init__(name, help_text)
-        self.buckets = tuple(sorted(buckets))
-        self._counts = [0] * len(self.buckets)
-        self._sum = 0.0
-        self._total = 0
-
-    def observe(self, value: float) -> None:
-        with self._lock:
-            for i, bound in enumerate(self.buckets):
-                if value <= bound:
-                    self._counts[i] += 1
-            self._sum += value
-            self._total += 1
-
-    def render(self) -> list[str]:
-        with self._lock:
-            lines = [
-                f"{self.name}_bucket{_labels((), [('le', f'{b:g}')])} {c}"
-                for b, c in zip(self.buckets, self._counts, strict=True)
-            ]
-            lines.append(f'{self.name}_bucket{{le="+Inf"}} {self._total}')
-            lines.append(f"{self.name}_sum {self._sum:g}")
-            lines.append(f"{self.name}_count {self._total}")
-            return lines
+RECLAIM_ACTIONS = (
+    "destroyed",
+    "in_use_retry",
+    "stale_record",
+    "orphan_destroyed",
+    "poison_swept",
+    "corrupt_record",
+    "partition_lost",
+    "lost_pod_deleted",
+)
+# Refusal reasons of Allocate (vocabulary.RequestRefused.reason), present from the start.
+FAILURE_REASONS = (
+    "bad_request",
+    "no_profile",
+    "two_profiles",
+    "too_many",
+    "unknown_profile",
+    "no_capacity",
+    "unidentified",
+    "kubelet_unreachable",
+    "stale_record",
+    "card_unhealthy",
+    "poisoned_registry",
+)
 
 
 class Metrics:
@@ -104,8 +42,7 @@ class Metrics:
         )
         self.reclaim_actions = Counter(
             "hygon_dcu_reclaim_actions_total",
-            "Reclaimer actions: destroyed, in_use_retry, stale_record, orphan_destroyed, "
-            "poison_swept, corrupt_record.",
+            "Reclaimer actions: " + ", ".join(RECLAIM_ACTIONS) + ".",
         )
         self.live_instances = Gauge(
             "hygon_dcu_live_instances", "Live partitions on the node, by profile."
@@ -118,8 +55,37 @@ class Metrics:
         self.registered = Gauge(
             "hygon_dcu_kubelet_registered", "1 while registered with the kubelet."
         )
+        self.orphan_collection_stopped = Gauge(
+            "hygon_dcu_orphan_collection_stopped",
+            "1 for each card where orphan collection is stopped (see the plugin's log).",
+        )
+        self.lost_partitions = Gauge(
+            "hygon_dcu_lost_partitions",
+            "Partitions granted to a live pod that no longer exist, by namespace and pod.",
+        )
+        self.partition_info = Gauge(
+            "hygon_dcu_partition_info",
+            "1 per granted partition: uuid -> namespace, pod, container, profile, card.",
+        )
+        self.advertised = Gauge(
+            "hygon_dcu_advertised_devices",
+            "Healthy devices advertised to the kubelet, by resource.",
+        )
+        self.free = Gauge(
+            "hygon_dcu_free_partitions",
+            "Partitions that can still be carved, by resource (family and each profile).",
+        )
+        for action in RECLAIM_ACTIONS:
+            self.reclaim_actions.zero(action=action)
+        for reason in FAILURE_REASONS:
+            self.allocation_failures.zero(reason=reason)
 
-    def all(self) -> list[_Metric]:
+    def known_profiles(self, names: list[str]) -> None:
+        """Start the per-profile counters at 0 once the node's profiles are known."""
+        for name in names:
+            self.allocations.zero(profile=name)
+
+    def all(self) -> list[Metric]:
         return [
             self.allocations,
             self.allocation_failures,
@@ -127,11 +93,12 @@ class Metrics:
             self.live_instances,
             self.allocate_seconds,
             self.registered,
+            self.orphan_collection_stopped,
+            self.lost_partitions,
+            self.partition_info,
+            self.advertised,
+            self.free,
         ]
 
     def render(self) -> str:
-        lines: list[str] = []
-        for metric in self.all():
-            lines.extend(metric.header())
-            lines.extend(metric.render())
-        return "\n".join(lines) + "\n"
+        return render(self.all())

@@ -1,13 +1,17 @@
 """Reclaim: destroy partitions whose pods are done, and everything nobody owns.
 
-Runs on every pod event and on a periodic resync. A record is reclaimed when its pod is
-confirmed gone (the API server says so, or the name now has another uid) or has reached a
-terminal phase; records younger than the grace period are kept unless the pod is confirmed
-gone (the API can lag the kubelet). Destroy is uuid-guarded (a reused id is someone else's
-instance and is never destroyed); IN_USE is retried on the next pass. Poison directories are
-swept out of ci/. Instances no record owns are collected only after re-reading the records
-under the card lock (Allocate writes its record under that lock), and not at all while any
-record is unreadable.
+Runs on every pod event and on a periodic resync. A record is reclaimed at once when its pod
+has reached a terminal phase, the watch saw it deleted, or its name now has another uid. The
+grace period protects only a record whose pod the API server does not show (yet). Destroy is
+uuid-guarded (a reused id is someone else's instance and is never destroyed); IN_USE is
+retried on the next pass. Poison directories are swept out of ci/.
+
+Orphan collection fails closed (docs/dev/runtime.md): an instance is collected only when the
+driver state and every record agree nobody owns it, after re-reading the records under the
+card lock (Allocate writes its record under that lock). Nothing is collected while a record
+is unreadable, nor on a card whose registry entries are unreadable or odd, nor at a card + GPU
+instance any record claims (whatever the uuid), nor while a live compute instance has no
+readable conf file. Each stop is logged once, with the fix.
 """
 
 from __future__ import annotations
@@ -15,18 +19,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError, InstanceInUse
 from ansible_collections.hygon.dcu.plugins.module_utils.node import (
+    Instance,
     InstanceNotFound,
     Node,
     UuidMismatch,
 )
+from ansible_collections.hygon.dcu.plugins.module_utils.registry import Finding, conf_path
 
-from .kube import KubeApi, KubeApiError
+from .conditions import Conditions
+from .events import WARNING, PodEvents
+from .kube import KubeApi, KubeApiError, Pod, PodEvent, PodRef
 from .locks import Locks
+from .lost import LostGrants, grant_lost
 from .metrics import Metrics
 from .records import Record, RecordStore
 
@@ -34,32 +44,44 @@ log = logging.getLogger(__name__)
 
 Checkpoint = Callable[[str], None]
 
+# Uids of pods the watch saw deleted, kept for the passes that follow (bounded).
+DELETED_UIDS_KEPT = 4096
+
 
 @dataclass
 class PassReport:
     destroyed: list[str] = field(default_factory=list)  # uuids
     in_use: list[str] = field(default_factory=list)
     stale: list[str] = field(default_factory=list)  # records whose instance is gone or reused
+    lost: list[str] = field(default_factory=list)  # live pods' records whose instance is gone
     orphans: list[str] = field(default_factory=list)  # "pci gi<id> <uuid>"
     swept: list[str] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     orphan_collection: str = "done"  # or why it was skipped
+    blocked: dict[str, str] = field(default_factory=dict)  # card PCI -> why nothing collected
     errors: list[str] = field(default_factory=list)
 
 
 class _CardIndexes:
     """PCI address -> card index for one pass. The cards are enumerated at most once per pass
     (on the first record that needs it), even when none has an address (mode off): a teardown
-    of N records would otherwise cost N enumerations (the benchmark measured it)."""
+    of N records would otherwise cost N enumerations (the benchmark measured it). The same for
+    each card's live instances (read once per pass for the lost-grant check)."""
 
     def __init__(self, node: Node) -> None:
         self._node = node
         self._by_pci: dict[str, int] | None = None
+        self._live: dict[int, list[Instance]] = {}
 
     def of(self, pci: str) -> int | None:
         if self._by_pci is None:
             self._by_pci = {card.pci: card.index for card in self._node.cards() if card.pci}
         return self._by_pci.get(pci)
+
+    def live(self, index: int) -> list[Instance]:
+        if index not in self._live:
+            self._live[index] = self._node.instances(index)
+        return self._live[index]
 
 
 class Reclaimer:
@@ -74,10 +96,20 @@ class Reclaimer:
         grace_seconds: float = 30.0,
         on_change: Callable[[], None] = lambda: None,
         checkpoint: Checkpoint | None = None,
+        events: PodEvents | None = None,
+        delete_pods_with_lost_partitions: bool = False,
     ) -> None:
         self.node = node
         self.store = store
         self.kube = kube
+        self.events = events if events is not None else PodEvents(kube)
+        self.lost = LostGrants(
+            kube,
+            self.events,
+            metrics,
+            delete_pods=delete_pods_with_lost_partitions,
+            count=self._count,
+        )
         self.locks = locks
         self.metrics = metrics
         self.grace_seconds = grace_seconds
@@ -86,6 +118,24 @@ class Reclaimer:
         self.wake = threading.Event()
         self.passes = 0
         self.last_report: PassReport | None = None
+        self.stops = Conditions(log, "orphan collection stopped")
+        self._deleted: OrderedDict[str, None] = OrderedDict()
+        self._deleted_lock = threading.Lock()
+
+    def pod_event(self, event: PodEvent) -> None:
+        """A pod watch event: remember a deletion (so the grace no longer applies to its
+        records) and wake the loop."""
+        if event.kind == "DELETED" and event.uid:
+            with self._deleted_lock:
+                self._deleted[event.uid] = None
+                self._deleted.move_to_end(event.uid)
+                while len(self._deleted) > DELETED_UIDS_KEPT:
+                    self._deleted.popitem(last=False)
+        self.wake.set()
+
+    def _seen_deleted(self, uid: str) -> bool:
+        with self._deleted_lock:
+            return uid in self._deleted
 
     def _step(self, name: str) -> None:
         if self.checkpoint is not None:
@@ -104,17 +154,15 @@ class Reclaimer:
             report.unreadable = records.unreadable
             self._count("corrupt_record", len(records.unreadable))
             card_indexes = _CardIndexes(self.node)
+            self.lost.begin_pass()
             for record in records:
                 self._reclaim_if_done(record, report, card_indexes)
+            self.lost.end_pass()
             if records.unreadable:
-                report.orphan_collection = (
-                    "skipped: unreadable records "
-                    + ", ".join(f"{path} ({why})" for path, why in records.unreadable)
-                    + "; fix or remove them (an unreadable record may own a live instance)"
-                )
-                log.error("orphan collection stopped", extra={"why": report.orphan_collection})
+                report.orphan_collection = _unreadable_records(records.unreadable)
             else:
                 self._collect_orphans(report)
+            self._settle_stops(report)
         finally:
             self.passes += 1
             self.last_report = report
@@ -123,6 +171,15 @@ class Reclaimer:
             self.on_change()
         return report
 
+    def _settle_stops(self, report: PassReport) -> None:
+        current = {f"card {pci}": why for pci, why in report.blocked.items()}
+        if report.orphan_collection != "done":
+            current["records"] = report.orphan_collection
+        self.stops.settle(current)
+        self.metrics.orphan_collection_stopped.set_all(
+            {(("card", pci),): 1.0 for pci in report.blocked}
+        )
+
     def _sweep(self, report: PassReport) -> None:
         result = self.node.sweep_poison()
         report.swept = list(result.swept)
@@ -130,8 +187,8 @@ class Reclaimer:
         for kept in result.kept:
             report.errors.append(f"poison not swept: {kept.path}: {kept.detail}")
 
-    def _pod_done(self, record: Record) -> str | None:
-        """Why the record's partition can go, or None to keep it."""
+    def _pod_done(self, record: Record) -> tuple[str | None, Pod | None]:
+        """Why the record's partition can go (None to keep it), and its pod if it lives."""
         try:
             pod = self.kube.get_pod(record.namespace, record.pod_name)
         except KubeApiError as exc:
@@ -139,20 +196,51 @@ class Reclaimer:
                 "cannot read pod; keeping its partition this pass",
                 extra={"pod": record.pod_key, "error": str(exc)},
             )
-            return None
-        if pod is None or pod.uid != record.pod_uid:
-            return "pod deleted"
-        if not pod.terminal:
-            return None
+            return None, None
+        if pod is not None and pod.uid != record.pod_uid:
+            return "pod replaced by another of the same name", None
+        if pod is not None:
+            return (f"pod {pod.phase}", pod) if pod.terminal else (None, pod)
+        if self._seen_deleted(record.pod_uid):
+            return "pod deleted", None
         if time.time() - record.created_at < self.grace_seconds:
-            return None
-        return f"pod {pod.phase}"
+            return None, None  # not visible yet, or deleted: the next passes tell
+        return "pod deleted", None
+
+    def _check_grant(
+        self, record: Record, pod: Pod, report: PassReport, cards: _CardIndexes
+    ) -> None:
+        """A live pod's partition must still exist; a card that cannot tell decides nothing."""
+        index = cards.of(record.card_pci)
+        if index is None or pod.deleting:
+            return
+        try:
+            live = cards.live(index)
+        except HydmiError as exc:
+            log.warning(
+                "cannot list the card's instances; lost-grant check skipped",
+                extra={"card": record.card_pci, "error": str(exc)},
+            )
+            return
+        if not grant_lost(record, live):
+            return
+        # Confirm under the card lock: an Allocate that failed after its create removes the
+        # instance and then its record while holding it; that is a rollback, not a loss.
+        with self.locks.card(record.card_pci):
+            if record not in self.store.load().records:
+                return
+            if not grant_lost(record, self.node.instances(index)):
+                return
+        report.lost.append(record.uuid)
+        self.lost.found(record, pod)
 
     def _reclaim_if_done(
         self, record: Record, report: PassReport, card_indexes: _CardIndexes
     ) -> None:
-        why = self._pod_done(record)
+        why, pod = self._pod_done(record)
         if why is None:
+            if pod is not None:
+                self._check_grant(record, pod, report, card_indexes)
             return
         index = card_indexes.of(record.card_pci)
         with self.locks.card(record.card_pci):
@@ -171,6 +259,14 @@ class Reclaimer:
                 log.info(
                     "partition still in use; retrying next pass",
                     extra={"uuid": record.uuid, "pod": record.pod_key},
+                )
+                self.events.emit(
+                    PodRef(record.namespace, record.pod_name, record.pod_uid),
+                    WARNING,
+                    "PartitionReclaimStuck",
+                    f"{why}, but partition {record.uuid} is still held open by a process "
+                    "(IN_USE); the plugin retries on every pass. Find the process holding "
+                    "/dev/kfd or the render node on this node and stop it",
                 )
                 return
             except (InstanceNotFound, UuidMismatch) as exc:
@@ -213,30 +309,46 @@ class Reclaimer:
             # since the listing above is seen here.
             records = self.store.load()
             if records.unreadable:
-                report.orphan_collection = "stopped: a record became unreadable mid-sweep"
+                report.orphan_collection = _unreadable_records(records.unreadable)
                 report.unreadable = records.unreadable
                 return
-            for instance in self.node.instances(card_index):
-                if any(r.owns(card_pci, instance.gpu_instance_id, instance.uuid) for r in records):
-                    continue
-                label = f"{card_pci} gi{instance.gpu_instance_id} {instance.uuid}"
-                try:
-                    self.node.destroy(
-                        card_index,
-                        instance.gpu_instance_id,
-                        expected_uuid=instance.uuid,
-                        checkpoint=self.checkpoint,
-                    )
-                except InstanceInUse:
-                    report.in_use.append(label)
-                    self._count("in_use_retry")
-                    continue
-                except (InstanceNotFound, UuidMismatch) as exc:
-                    report.errors.append(f"orphan {label}: {exc}")
-                    continue
-                report.orphans.append(label)
-                self._count("orphan_destroyed")
-                log.warning("collected an instance no record owns", extra={"instance": label})
+            live = self.node.instances(card_index)
+            why = _why_collection_stops(live, self.node.registry().findings_for_card(card_index))
+            if why is not None:
+                report.blocked[card_pci] = why
+                return
+            for instance in live:
+                claimed = any(
+                    r.gpu_instance_id == instance.gpu_instance_id
+                    and card_index_or_pci_match(r, card_index, card_pci)
+                    for r in records
+                )
+                if not claimed:
+                    # A claim at this GPU instance holds whatever the uuids say: its end is
+                    # the record's reclaim, never an orphan collection.
+                    self._destroy_orphan(card_index, card_pci, instance, report)
+
+    def _destroy_orphan(
+        self, card_index: int, card_pci: str, instance: Instance, report: PassReport
+    ) -> None:
+        label = f"{card_pci} gi{instance.gpu_instance_id} {instance.uuid}"
+        try:
+            self.node.destroy(
+                card_index,
+                instance.gpu_instance_id,
+                expected_uuid=instance.uuid,
+                checkpoint=self.checkpoint,
+            )
+        except InstanceInUse:
+            report.in_use.append(label)
+            self._count("in_use_retry")
+            return
+        except (InstanceNotFound, UuidMismatch) as exc:
+            report.errors.append(f"orphan {label}: {exc}")
+            return
+        report.orphans.append(label)
+        self._count("orphan_destroyed")
+        log.warning("collected an instance no record owns", extra={"instance": label})
 
     # the loop ----------------------------------------------------------------------------
     def run(self, stop: threading.Event, resync_seconds: float) -> None:
@@ -247,3 +359,40 @@ class Reclaimer:
                 log.exception("reclaim pass failed; retrying at the next resync")
             self.wake.wait(resync_seconds)
             self.wake.clear()
+
+
+def card_index_or_pci_match(record: Record, card_index: int, card_pci: str) -> bool:
+    """A record names its card by both; either one matching counts as a claim (fail closed
+    when the registry's dev<N> map changed under it)."""
+    return record.card_pci == card_pci or record.card_index == card_index
+
+
+def _unreadable_records(unreadable: list[tuple[str, str]]) -> str:
+    return (
+        "skipped: unreadable records "
+        + ", ".join(f"{path} ({why})" for path, why in unreadable)
+        + "; fix or remove them (an unreadable record may own a live instance)"
+    )
+
+
+def _why_collection_stops(live: list[Instance], registry_problems: list[Finding]) -> str | None:
+    """Why nothing may be collected on a card, or None. An unreadable or odd registry entry
+    may be the only trace of a live partition's owner; so may a missing conf file."""
+    if registry_problems:
+        first = registry_problems[0]
+        more = f" (and {len(registry_problems) - 1} more)" if len(registry_problems) > 1 else ""
+        return (
+            f"{first.path}: {first.kind}: {first.detail}{more}. Nothing is collected on this "
+            "card until the driver's registry reads cleanly: restore the file the driver "
+            "wrote, or, if no pod uses that partition, remove the entry and destroy the "
+            "instance with hy-smi"
+        )
+    for instance in live:
+        if instance.compute_instance_id is not None and instance.uuid is None:
+            ids = (instance.card_index, instance.gpu_instance_id, instance.compute_instance_id)
+            return (
+                f"{conf_path(*ids)}: missing for a live compute instance, so nobody can tell "
+                "whose it is. If no pod uses it, destroy it with hy-smi (a pod that does has "
+                "lost its device: delete the pod)"
+            )
+    return None

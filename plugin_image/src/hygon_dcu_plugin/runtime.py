@@ -14,10 +14,11 @@ from collections.abc import Callable
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 
-from .advertise import Device, partition_plan, whole_card_plan
+from .advertise import Device, free_capacity, healthy_count, partition_plan, whole_card_plan
 from .allocator import Allocator, card_views
 from .board import DeviceBoard
 from .config import Settings
+from .events import PodEvents
 from .kube import KubeApi
 from .locks import Locks
 from .metrics import LabelKey, Metrics
@@ -59,6 +60,7 @@ class Runtime:
         self._requested = 0
         self._covered = 0
         self.partitioned = self._read_mode()
+        self.events = PodEvents(kube)
         self.allocator = Allocator(
             node,
             self.store,
@@ -72,6 +74,8 @@ class Runtime:
             policy=settings.policy,
             on_change=self.refresh,
             checkpoint=checkpoint,
+            advertised=self._advertised,
+            events=self.events,
         )
         self.reclaimer = Reclaimer(
             node,
@@ -82,6 +86,8 @@ class Runtime:
             grace_seconds=settings.grace_seconds,
             on_change=self.refresh,
             checkpoint=checkpoint,
+            events=self.events,
+            delete_pods_with_lost_partitions=settings.delete_pods_with_lost_partitions,
         )
         self.resources = self._resources()
         self.servers = PluginServers(
@@ -114,7 +120,12 @@ class Runtime:
                 log.error("cannot discover profiles", extra={"error": str(exc)})
                 names = []
             resources += [profile_resource(n) for n in names]
+            self.metrics.known_profiles(names)
         return resources
+
+    def _advertised(self, resource: str) -> set[str]:
+        devices, _version = self.board.get(resource)
+        return {device.id for device in devices}
 
     def _registered(self, ok: bool) -> None:
         self.registered = ok
@@ -183,28 +194,50 @@ class Runtime:
             with self._tickets:
                 covers = self._requested
             try:
-                self.board.publish(self.plan())
-                self._update_live_gauge()
+                plan = self.plan()
+                self.board.publish(plan)
+                self.metrics.advertised.set_all(
+                    {(("resource", r),): float(healthy_count(d)) for r, d in plan.items()}
+                )
+                self._update_node_gauges()
             except Exception:
                 # Not covered: the next caller computes again rather than trusting this one.
                 log.exception("refreshing the device lists failed")
                 return
             self._covered = covers
 
-    def _update_live_gauge(self) -> None:
+    def _update_node_gauges(self) -> None:
+        """Live instances and free capacity from the driver; partition attribution from the
+        records (bounded by the partitions a node can hold)."""
+        info: dict[LabelKey, float] = {}
+        for record in self.store.load():
+            key: LabelKey = (
+                ("uuid", record.uuid),
+                ("namespace", record.namespace),
+                ("pod", record.pod_name),
+                ("container", ",".join(record.containers)),
+                ("profile", record.profile),
+                ("card", record.card_pci),
+            )
+            info[key] = 1.0
+        self.metrics.partition_info.set_all(info)
         if not self.partitioned:
             self.metrics.live_instances.set_all({})
+            self.metrics.free.set_all({})
             return
         values: dict[LabelKey, float] = {}
         instances = []
-        for card in self.node.cards():
+        cards = self.node.cards()
+        for card in cards:
             if card.healthy:
                 instances.extend(self.node.instances(card.index))
         for instance in instances:
             name = instance.profile.name if instance.profile else "unknown"
-            key = (("profile", name),)
-            values[key] = values.get(key, 0.0) + 1
+            by_profile: LabelKey = (("profile", name),)
+            values[by_profile] = values.get(by_profile, 0.0) + 1
         self.metrics.live_instances.set_all(values)
+        free = free_capacity(card_views(cards))
+        self.metrics.free.set_all({(("resource", r),): float(n) for r, n in free.items()})
 
     # threads ---------------------------------------------------------------------------
     def _thread(self, name: str, target: Callable[[], None]) -> None:
@@ -223,7 +256,7 @@ class Runtime:
                 self._thread(
                     "pod-watch",
                     lambda: self.kube.watch_pods(
-                        self.settings.node_name or "", self.reclaimer.wake.set, self.stop_event
+                        self.settings.node_name or "", self.reclaimer.pod_event, self.stop_event
                     ),
                 )
             else:

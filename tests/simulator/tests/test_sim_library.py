@@ -740,14 +740,14 @@ def test_reboot_drops_instances_and_registry_keeps_mode(bw: simnode.SimNode, lib
     assert rc == SUCCESS and lib.create_ci(gi)[0] == SUCCESS
     bw.reboot()
     assert lib.mode() == 1
-    assert not bw.registry_dir.exists()
+    # The mode came up again, so the driver recreated its registry: cards, no instances.
+    assert (bw.registry_dir / "dev0").read_text() == "0000:09:00.0\n"
+    assert list(bw.ci_dir.iterdir()) == [] and list(bw.gi_dir.iterdir()) == []
     assert lib.gis(dev, BW_2G)[1] == []
     assert lib.remaining(dev, BW_2G) == 4
     assert lib.nvmlGpuInstanceDestroy(gi) == NOT_FOUND
-    # The driver recreates its registry on the next create.
     rc, gi = lib.create_gi(dev, BW_2G, 0, 1)
     assert rc == SUCCESS and lib.gi_info(gi).id == 3
-    assert (bw.registry_dir / "dev0").read_text() == "0000:09:00.0\n"
 
 
 def test_mig_device_index_space_is_node_global(bw: simnode.SimNode, lib: Lib) -> None:

@@ -91,9 +91,19 @@ def test_reboot_command_keeps_mode_and_drops_instances(sim_node: simnode.SimNode
     assert run_simnode("reboot", str(sim_node.root)).returncode == 0
     status = sim_node.status()
     assert (status.mode, status.gpu_instances, status.compute_instances) == (1, [], [])
-    assert not sim_node.registry_dir.exists()
+    # Mode on: the registry is back with every card's dev<N> and no instance entries.
+    cards = sorted(p.name for p in sim_node.registry_dir.iterdir() if p.name.startswith("dev"))
+    assert cards == [f"dev{i}" for i in range(sim_node.cards)]
+    assert (sim_node.registry_dir / "dev1").read_text() == sim_node.pci(1) + "\n"
+    assert list(sim_node.ci_dir.iterdir()) == [] and list(sim_node.gi_dir.iterdir()) == []
     out = run_simnode("status", str(sim_node.root)).stdout
     assert "mode: enabled" in out and "gpu_instance" not in out
+
+
+def test_reboot_with_the_mode_off_leaves_no_registry(sim_node: simnode.SimNode) -> None:
+    assert run_simnode("reboot", str(sim_node.root)).returncode == 0
+    assert sim_node.status().mode == 0
+    assert not sim_node.registry_dir.exists()
 
 
 def test_status_lists_instances(sim_node: simnode.SimNode) -> None:

@@ -10,6 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from fake_kube import annotation_key_problem
+
 
 class FakeApiServer:
     def __init__(self) -> None:
@@ -88,8 +90,22 @@ class FakeApiServer:
                     if body.get("metadata", {}).get("uid") not in (None, pod["metadata"]["uid"]):
                         self._reply(422, {"kind": "Status", "code": 422, "status": "Failure"})
                         return
+                    patch = body.get("metadata", {}).get("annotations", {})
+                    problems = [p for p in map(annotation_key_problem, patch) if p]
+                    if problems:
+                        self._reply(
+                            422,
+                            {
+                                "kind": "Status",
+                                "code": 422,
+                                "status": "Failure",
+                                "reason": "Invalid",
+                                "message": problems[0],
+                            },
+                        )
+                        return
                     annotations = pod["metadata"].setdefault("annotations", {})
-                    annotations.update(body.get("metadata", {}).get("annotations", {}))
+                    annotations.update(patch)
                     server.patches.append((key or "", body))
                 self._reply(200, pod)
 
@@ -127,7 +143,13 @@ class FakeApiServer:
         return path
 
     def add_pod(
-        self, namespace: str, name: str, uid: str, limits: dict[str, str], phase: str = "Pending"
+        self,
+        namespace: str,
+        name: str,
+        uid: str,
+        limits: dict[str, str],
+        phase: str = "Pending",
+        container: str = "main",
     ) -> None:
         with self.lock:
             self.pods[f"{namespace}/{name}"] = {
@@ -141,7 +163,9 @@ class FakeApiServer:
                 },
                 "spec": {
                     "nodeName": "node-1",
-                    "containers": [{"name": "main", "image": "x", "resources": {"limits": limits}}],
+                    "containers": [
+                        {"name": container, "image": "x", "resources": {"limits": limits}}
+                    ],
                 },
                 "status": {"phase": phase},
             }

@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import itertools
+import re
 import threading
 import uuid
 from collections.abc import Callable
 
-from hygon_dcu_plugin.kube import ContainerSpec, KubeApiError, Pod
+from hygon_dcu_plugin.kube import ContainerSpec, KubeApiError, Pod, PodEvent, PodRef
+
+# The API server's rule for annotation keys, so the fakes refuse what a real one refuses:
+# an optional DNS-subdomain prefix (at most 253 characters) and "/", then a name of at most
+# 63 characters, alphanumeric at both ends, "-", "_", "." inside.
+_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def annotation_key_problem(key: str) -> str | None:
+    """Why the API server would refuse ``key`` (its wording, roughly), or None."""
+    prefix, slash, name = key.rpartition("/")
+    why = None
+    if slash and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
+        why = "prefix part must be a DNS subdomain"
+    elif len(name) > 63:
+        why = "name part must be no more than 63 characters"
+    elif not _NAME.fullmatch(name):
+        why = "name part must consist of alphanumeric characters, '-', '_' or '.'"
+    return None if why is None else f"metadata.annotations: Invalid value: {key!r}: {why}"
+
 
 PARTITION_2G = {"hygon.com/dcu.partitioned": "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}
 
@@ -23,10 +44,13 @@ class FakeKube:
         self.annotations: dict[str, dict[str, str]] = {}
         self.fail_annotate: str | None = None
         self.fail_get: str | None = None
+        self.fail_events: str | None = None
+        self.kube_events: list[tuple[PodRef, str, str, str]] = []  # (pod, kind, reason, text)
+        self.deleted_by_plugin: list[PodRef] = []
         self.get_calls = 0
         self.list_calls = 0
         self._clock = itertools.count(1_000_000)
-        self._generation = 0
+        self.events: list[PodEvent] = []  # what a watch streams, in order
 
     def add_pod(
         self,
@@ -54,8 +78,9 @@ class FakeKube:
 
     def _set(self, pod: Pod) -> None:
         with self._cond:
+            kind = "MODIFIED" if pod.key in self.pods else "ADDED"
             self.pods[pod.key] = pod
-            self._generation += 1
+            self.events.append(PodEvent(kind, pod.namespace, pod.name, pod.uid))
             self._cond.notify_all()
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
@@ -68,8 +93,9 @@ class FakeKube:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         with self._cond:
-            self.pods.pop(f"{namespace}/{name}", None)
-            self._generation += 1
+            pod = self.pods.pop(f"{namespace}/{name}", None)
+            if pod is not None:
+                self.events.append(PodEvent("DELETED", namespace, name, pod.uid))
             self._cond.notify_all()
 
     # KubeApi -------------------------------------------------------------------------------
@@ -96,18 +122,44 @@ class FakeKube:
             pod = self.pods.get(f"{namespace}/{name}")
             if pod is None or pod.uid != uid:
                 raise KubeApiError(f"annotate pod {namespace}/{name}: uid precondition failed")
+            for key in annotations:
+                problem = annotation_key_problem(key)
+                if problem:
+                    raise KubeApiError(f"annotate pod {namespace}/{name}: HTTP 422 {problem}")
             self.annotations.setdefault(pod.key, {}).update(annotations)
 
+    def delete_pod_with_uid(self, pod: PodRef) -> None:
+        with self._cond:
+            current = self.pods.get(f"{pod.namespace}/{pod.name}")
+            if current is None:
+                return
+            if current.uid != pod.uid:
+                raise KubeApiError(f"delete pod {pod.namespace}/{pod.name}: uid precondition")
+            self.deleted_by_plugin.append(pod)
+        self.delete_pod(pod.namespace, pod.name)
+
+    def create_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
+        with self._cond:
+            if self.fail_events:
+                raise KubeApiError(self.fail_events)
+            self.kube_events.append((pod, kind, reason, message))
+
+    def reasons(self, name: str) -> list[str]:
+        with self._cond:
+            return [reason for pod, _kind, reason, _text in self.kube_events if pod.name == name]
+
     def watch_pods(
-        self, node_name: str, on_change: Callable[[], None], stop: threading.Event
+        self, node_name: str, on_event: Callable[[PodEvent], None], stop: threading.Event
     ) -> None:
-        seen = [-1]
+        seen = 0
+
+        def pending() -> bool:
+            return len(self.events) > seen or stop.is_set()
+
         while not stop.is_set():
             with self._cond:
-                self._cond.wait_for(
-                    lambda: self._generation != seen[0] or stop.is_set(), timeout=0.2
-                )
-                changed = self._generation != seen[0]
-                seen[0] = self._generation
-            if changed:
-                on_change()
+                self._cond.wait_for(pending, timeout=0.2)
+                fresh = self.events[seen:]
+                seen = len(self.events)
+            for event in fresh:
+                on_event(event)

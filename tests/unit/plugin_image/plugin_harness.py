@@ -123,6 +123,9 @@ class Harness:
         self.runtime = Runtime(
             self.settings, self.node, self.kube, self.kubelet, checkpoint=checkpoint
         )
+        # What start() does before any gRPC server runs: the kubelet learns device ids only
+        # from these published lists.
+        self.runtime.refresh()
 
     @property
     def allocator(self) -> Allocator:

@@ -120,6 +120,7 @@ def test_response_carries_what_the_runtime_needs(harness: Harness) -> None:
     annotation = json.loads(harness.kube.annotations["default/a"][ANNOTATION_PREFIX + "main"])
     assert annotation == {
         "card": "0000:09:00.0",
+        "container": "main",
         "profile": "2g.15gb",
         "placement": f"{instance.placement.start}:1",
         "uuid": instance.uuid,
@@ -315,5 +316,5 @@ def test_whole_card_request_for_an_unknown_card_is_refused(
     node = make_node(tmp_path / "node", mode_on=False)
     monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
     harness = Harness(node, tmp_path / "state")
-    with pytest.raises(RequestRefused, match="is not a PCI address here"):
+    with pytest.raises(RequestRefused, match="was never advertised by this plugin"):
         harness.allocator.allocate(WHOLE_CARD, ["0000:ff:00.0"])

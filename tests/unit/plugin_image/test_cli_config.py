@@ -43,8 +43,16 @@ def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ("grace_seconds: soon\n", "grace_seconds: 'soon' is not a number"),
         ("- a\n", "must be a mapping"),
         ("records_dir: relative\n", "records_dir: 'relative' must be an absolute path"),
-        ("resync_seconds: 0\n", "resync_seconds: 0.0 must be > 0"),
+        ("resync_seconds: 0\n", "resync_seconds: 0.0 must be a number from 0.1 to 3600"),
+        ("resync_seconds: .nan\n", "resync_seconds: nan must be a number from 0.1 to 3600"),
+        ("resync_seconds: .inf\n", "resync_seconds: inf must be a number from 0.1 to 3600"),
+        ("resync_seconds: 1e9\n", "resync_seconds: 1000000000.0 must be a number from 0.1"),
+        ("grace_seconds: -.inf\n", "grace_seconds: -inf must be a number from 0 to 3600"),
+        ("grace_seconds: nan\n", "grace_seconds: nan must be a number from 0 to 3600"),
         ("health_address: 9410\n", "must be a string"),
+        ("health_address: ':70000'\n", "health_address: ':70000' must be HOST:PORT"),
+        ("health_address: 'h:99999'\n", "port 1-65535"),
+        ("delete_pods_with_lost_partitions: 'yes'\n", "must be true or false"),
     ],
 )
 def test_bad_config_is_refused_with_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -53,6 +61,26 @@ def test_bad_config_is_refused_with_the_key(tmp_path: Path, text: str, message: 
     with pytest.raises(ConfigError) as error:
         parse("--config", str(conf))
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "0", "1e9"])
+def test_absurd_resync_flag_is_refused_naming_the_key(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"^resync_seconds: .* must be a number from 0.1 to"):
+        parse("--resync-seconds", value)
+
+
+def test_delete_pods_flag_and_key(tmp_path: Path) -> None:
+    assert parse().delete_pods_with_lost_partitions is False
+    assert parse("--delete-pods-with-lost-partitions", "true").delete_pods_with_lost_partitions
+    conf = tmp_path / "c.yaml"
+    conf.write_text("delete_pods_with_lost_partitions: true\n")
+    assert parse("--config", str(conf)).delete_pods_with_lost_partitions
+
+
+def test_help_states_the_bounds() -> None:
+    result = run_cli("serve", "--help")
+    assert "overrides resync_seconds (default 30, 0.1 to 3600)" in result.stdout
+    assert "overrides grace_seconds (default 30, 0 to 3600)" in result.stdout
 
 
 def test_missing_config_file(tmp_path: Path) -> None:
@@ -121,7 +149,13 @@ def test_webhook_absent_fails_clearly(
 
 
 def test_serve_without_kubernetes_access_exits_2_with_a_message(tmp_path: Path) -> None:
-    result = run_cli("serve", "--kubeconfig", str(tmp_path / "missing-kubeconfig"))
+    result = run_cli(
+        "serve",
+        "--kubeconfig",
+        str(tmp_path / "missing-kubeconfig"),
+        "--device-plugin-dir",
+        str(tmp_path),
+    )
     assert result.returncode == 2
     assert "cannot set up Kubernetes API access from" in result.stderr
     assert "--kubeconfig" in result.stderr

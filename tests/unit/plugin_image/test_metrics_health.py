@@ -67,6 +67,8 @@ def test_every_kubernetes_call_is_listed_for_rbac() -> None:
         ("", "pods", "patch"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        ("", "pods", "delete"),
+        ("", "events", "create"),
     }
 
 

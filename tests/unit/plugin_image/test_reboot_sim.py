@@ -73,3 +73,28 @@ def test_a_mode_change_is_picked_up_on_restart(bw_node: simnode.SimNode, short_t
     # ...the restarted one serves whole cards only.
     assert off.runtime.resources == [WHOLE_CARD, FAMILY]
     assert off.counts() == {WHOLE_CARD: 8, FAMILY: 0}
+
+
+def test_after_a_reboot_every_card_has_its_address_and_serves(
+    bw_node: simnode.SimNode, short_tmp: Path
+) -> None:
+    # With the mode on the driver recreates dev<N> as the mode comes up: no card waits for a
+    # create to get its address.
+    bw_node.reboot()
+    harness = Harness(bw_node, short_tmp)
+    assert all(card.pci for card in harness.node.cards())
+    assert harness.counts()[FAMILY] == 32
+    harness.admit("a")
+    assert len(harness.node.instances()) == 1
+
+
+def test_a_card_whose_address_is_missing_is_not_offered(
+    bw_node: simnode.SimNode, short_tmp: Path
+) -> None:
+    # A damaged registry (dev0 gone while the mode is on): the card's lock, records and
+    # reclaim all key on its address, so it is left out rather than served by index.
+    (bw_node.registry_dir / "dev0").unlink()
+    harness = Harness(bw_node, short_tmp)
+    assert harness.counts()[FAMILY] == 28
+    harness.admit("a")  # pack would pick card 0 of eight empty ones
+    assert [i.card_index for i in harness.node.instances()] == [1]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Node
+from hygon_dcu_plugin.kube import PodEvent
 from hygon_dcu_plugin.reclaimer import PassReport
 from plugin_harness import Harness
 
@@ -51,17 +52,46 @@ def test_succeeded_and_failed_pods_are_reclaimed_running_and_terminating_kept(
     assert len(harness.node.instances()) == 2
 
 
-def test_grace_keeps_a_fresh_record_of_a_terminal_pod_but_not_of_a_deleted_one(
+def test_grace_protects_only_a_record_whose_pod_cannot_be_seen(
     bw_node: simnode.SimNode, tmp_path: Path
 ) -> None:
     harness = Harness(bw_node, tmp_path / "state", grace_seconds=3600.0)
     harness.admit("done")
-    harness.admit("gone")
+    harness.admit("unseen")
+    harness.admit("deleted")
     harness.finish("done", how="Failed")
-    harness.finish("gone")
+    # The API server does not show "unseen" (no deletion was watched): it may be lag.
+    unseen = harness.kube.pods["default/unseen"]
+    harness.kube.pods.pop("default/unseen")
+    deleted = harness.kube.pods["default/deleted"]
+    harness.finish("deleted")
+    harness.reclaimer.pod_event(PodEvent("DELETED", "default", "deleted", deleted.uid))
     report = harness.reclaimer.run_pass()
-    assert len(report.destroyed) == 1
-    assert [r.pod_name for r in harness.runtime.store.load()] == ["done"]
+    assert len(report.destroyed) == 2
+    assert [r.pod_name for r in harness.runtime.store.load()] == ["unseen"]
+    assert unseen.uid == harness.runtime.store.load().records[0].pod_uid
+
+
+@pytest.mark.parametrize("how", ["delete", "Succeeded", "Failed"])
+def test_a_pod_that_ends_a_second_after_its_grant_is_reclaimed_at_the_event(
+    bw_node: simnode.SimNode, tmp_path: Path, how: str
+) -> None:
+    # Default grace, and a resync far away: only the watch event can trigger this reclaim.
+    harness = Harness(bw_node, tmp_path / "state", grace_seconds=30.0, resync_seconds=3600.0)
+    harness.runtime.start()
+    try:
+        time.sleep(0.5)  # the start-up pass is over
+        passes = harness.reclaimer.passes
+        harness.admit("quick")
+        time.sleep(1.0)
+        harness.finish("quick", how=how)
+        deadline = time.monotonic() + 20
+        while harness.node.instances() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert harness.node.instances() == []
+        assert harness.reclaimer.passes > passes
+    finally:
+        harness.runtime.stop()
 
 
 def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
@@ -87,6 +117,9 @@ def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
         assert first.in_use == [instance.uuid]
         assert len(harness.node.instances()) == 1
         assert len(harness.runtime.store.load().records) == 1
+        harness.reclaimer.run_pass()  # still held: retried, but told only once
+        assert harness.runtime.events.drain()
+        assert harness.kube.reasons("a").count("PartitionReclaimStuck") == 1
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

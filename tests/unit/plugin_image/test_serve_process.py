@@ -154,6 +154,29 @@ def test_serve_registers_allocates_reports_and_stops(
     assert '"msg": "partition granted"' in err  # structured log lines
 
 
+def test_a_container_with_a_63_character_name_gets_its_partition(
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+) -> None:
+    # The longest legal container name: the grant's annotation key must still be legal.
+    plugin, kubelet, api = world
+    container = "c" * 62 + "9"
+    plugin.start()
+    assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
+    api.add_pod("team", "long", str(uuid.uuid4()), LIMITS, container=container)
+    responses = kubelet.admit("team", "long", container, {FAMILY: 1, P2G: 1})
+    assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
+    (grant,) = api.pods["team/long"]["metadata"]["annotations"].values()
+    assert json.loads(grant)["container"] == container
+    assert len(bw_live_instances(plugin)) == 1
+    code, err = plugin.stop()
+    assert code == 0, err
+
+
+def bw_live_instances(plugin: Plugin) -> list[str]:
+    root = Path(plugin.argv[plugin.argv.index("--host-root") + 1])
+    return [p.name for p in (root / "etc" / "dmi_mig_config" / "ci").iterdir()]
+
+
 @pytest.mark.parametrize("step", ["compute_instance_created", "record_written"])
 def test_killed_through_the_hook_then_restarted_converges(
     world: tuple[Plugin, KubeletEmulator, FakeApiServer], bw_node: simnode.SimNode, step: str
@@ -173,3 +196,113 @@ def test_killed_through_the_hook_then_restarted_converges(
     assert kubelet.wait_for(lambda: ready(kubelet))
     code, err = plugin.stop()
     assert code == 0, err
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """plugin_image pip-installed into a fresh venv (no PYTHONPATH, no repository on the path);
+    its dependencies come from the test venv through a .pth file, as any site dir would."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    purelib = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    deps = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import grpc, os; print(os.path.dirname(os.path.dirname(grpc.__file__)))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
+    Path(purelib, "test-deps.pth").write_text(deps + "\n")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            str(REPO / "plugin_image"),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return venv / "bin" / "hygon-dcu-plugin"
+
+
+def installed_env(sim: simnode.SimNode, home: Path, **extra: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home), simnode.ROOT_ENV: str(sim.root), **extra}
+
+
+def one_line_failure(argv: list[str], env: dict[str, str]) -> str:
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hygon-dcu-plugin: "), result.stderr
+    return lines[0]
+
+
+def test_installed_without_the_collection_says_what_to_install(
+    installed: Path, bw_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    line = one_line_failure([str(installed), "serve"], installed_env(bw_node, tmp_path))
+    assert "cannot import the hygon.dcu Ansible collection" in line
+    assert "ansible-galaxy collection install" in line and "ANSIBLE_COLLECTIONS_PATH" in line
+
+
+def test_installed_with_the_collection_installed_serves(
+    installed: Path,
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+    bw_node: simnode.SimNode,
+    tmp_path: Path,
+) -> None:
+    plugin, kubelet, _api = world
+    plugin.argv[:3] = [str(installed)]
+    plugin.env = installed_env(
+        bw_node, tmp_path, ANSIBLE_COLLECTIONS_PATH=str(REPO / ".venv" / "collections")
+    )
+    plugin.start()
+    assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
+    code, err = plugin.stop()
+    assert code == 0, err
+
+
+def test_a_taken_health_port_is_one_line_naming_the_flag(
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+) -> None:
+    plugin, _kubelet, _api = world
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", plugin.port))
+        taken.listen()
+        line = one_line_failure(plugin.argv, plugin.env)
+    assert f"cannot listen on health_address 127.0.0.1:{plugin.port}" in line
+    assert "--health-address" in line
+
+
+def test_a_missing_device_plugin_directory_is_one_line(
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer], tmp_path: Path
+) -> None:
+    plugin, _kubelet, _api = world
+    argv = list(plugin.argv)
+    argv[argv.index("--device-plugin-dir") + 1] = str(tmp_path / "absent")
+    line = one_line_failure(argv, plugin.env)
+    assert "device_plugin_dir" in line and "mount the kubelet's device-plugin directory" in line

@@ -38,3 +38,12 @@ def test_socket_names_are_distinct_per_resource() -> None:
     names = {socket_name(r) for r in ("hygon.com/dcu", F, F + ".mig-2g.15gb")}
     assert len(names) == 3
     assert all("/" not in n for n in names)
+
+
+@pytest.mark.parametrize("quantity", ["\u00b2", "1" * 5000, "\u0661", " ", "1e0", "+1"])
+def test_odd_quantities_are_refused_not_raised(quantity: str) -> None:
+    # A pod created while the webhook was down can carry any string the API server accepted.
+    with pytest.raises(RequestRefused) as refused:
+        requested_profile("main", {F: quantity, F + ".mig-2g.15gb": "1"})
+    assert refused.value.reason == "bad_request"
+    assert len(str(refused.value)) < 300

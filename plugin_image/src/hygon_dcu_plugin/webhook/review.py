@@ -1,16 +1,29 @@
-"""admission.k8s.io/v1 AdmissionReview in, AdmissionReview out (no I/O here)."""
+"""admission.k8s.io/v1 AdmissionReview in, AdmissionReview out (no I/O here).
+
+Every answer is bounded whatever the review: the parse by ``bounded_json``, the strings echoed
+back or logged by the caps below, the denial message by ``MAX_MESSAGE_CHARS`` (it says how many
+violations it leaves out).
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hygon_dcu_plugin.webhook.rules import Violation, check_pod
+from hygon_dcu_plugin.webhook import bounded_json
+from hygon_dcu_plugin.webhook.rules import Rule, Violation, find_violations
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
+# The API server's uids are UUIDs (36 characters); one far longer is not from it.
+MAX_UID_CHARS = 128
+# Namespaces and names are DNS names, at most 253 characters; longer ones are cut in the log.
+MAX_NAME_CHARS = 253
+# The denial message holds whole violation messages up to this size, then a count of the rest.
+MAX_MESSAGE_CHARS = 4096
+# Violations kept to build the message from; more could never fit in it.
+KEPT_VIOLATIONS = 32
 
 
 class BadReview(ValueError):
@@ -22,32 +35,56 @@ class BadReview(ValueError):
         self.message = message
 
 
+class BodyTooCostly(BadReview):
+    """Parsing the body would take more memory than allowed (HTTP 413)."""
+
+
 @dataclass(frozen=True)
 class Decision:
     uid: str
     allowed: bool
+    # The first violations (KEPT_VIOLATIONS at most), how many there were, and their rules.
     violations: list[Violation] = field(default_factory=list)
+    violation_count: int = 0
+    rules: frozenset[Rule] = frozenset()
     # What was reviewed, for the log line.
     operation: str = ""
     namespace: str = ""
     name: str = ""
 
+    def message(self) -> str:
+        """The violations' messages joined, cut to MAX_MESSAGE_CHARS with a count of the rest."""
+        parts: list[str] = []
+        size = 0
+        for violation in self.violations:
+            # Room is left for the note about what is cut.
+            if size + len(violation.message) + 2 > MAX_MESSAGE_CHARS - 80:
+                break
+            parts.append(violation.message)
+            size += len(violation.message) + 2
+        left_out = self.violation_count - len(parts)
+        if left_out:
+            parts.append(
+                f"and {left_out} more violation{'s' if left_out > 1 else ''} not shown; "
+                "fix these and create the pod again to see them"
+            )
+        return "; ".join(parts)
+
     def response(self) -> dict[str, Any]:
         answer: dict[str, Any] = {"uid": self.uid, "allowed": self.allowed}
         if not self.allowed:
-            answer["status"] = {
-                "code": 403,
-                "reason": "Forbidden",
-                "message": "; ".join(violation.message for violation in self.violations),
-            }
+            answer["status"] = {"code": 403, "reason": "Forbidden", "message": self.message()}
         return {"apiVersion": API_VERSION, "kind": KIND, "response": answer}
 
 
-def parse_body(body: bytes) -> Mapping[str, Any]:
+def parse_body(body: bytes, max_cost: int) -> Mapping[str, Any]:
+    """The body as a JSON object; BadReview when it is not, before parsing when too costly."""
     try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        raise BadReview("invalid-json", f"the body is not JSON: {error}") from error
+        document = bounded_json.loads(body, max_cost)
+    except bounded_json.JsonRefused as error:
+        if error.too_costly:
+            raise BodyTooCostly("body-too-complex", error.message) from error
+        raise BadReview("invalid-json", error.message) from error
     if not isinstance(document, Mapping):
         raise BadReview("not-an-object", "the body is JSON but not an object")
     return document
@@ -66,11 +103,14 @@ def decide(review: Mapping[str, Any]) -> Decision:
     if not isinstance(request, Mapping):
         raise BadReview("no-request", "the AdmissionReview has no request object")
     uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise BadReview("no-uid", "the AdmissionReview request has no uid")
-    operation = str(request.get("operation", ""))
-    namespace = str(request.get("namespace") or "")
-    name = str(request.get("name") or "")
+    if not isinstance(uid, str) or not uid or len(uid) > MAX_UID_CHARS:
+        raise BadReview(
+            "no-uid",
+            f"the AdmissionReview request has no uid (a string of 1 to {MAX_UID_CHARS} characters)",
+        )
+    operation = _text(request.get("operation"))
+    namespace = _text(request.get("namespace"))
+    name = _text(request.get("name"))
     resource = request.get("resource")
     is_pod = (
         isinstance(resource, Mapping)
@@ -88,6 +128,22 @@ def decide(review: Mapping[str, Any]) -> Decision:
     if not name:
         metadata = pod.get("metadata")
         if isinstance(metadata, Mapping):
-            name = str(metadata.get("name") or metadata.get("generateName") or "")
-    violations = check_pod(pod)
-    return Decision(uid, not violations, violations, operation, namespace, name)
+            name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
+    findings = find_violations(pod, KEPT_VIOLATIONS)
+    return Decision(
+        uid,
+        findings.total == 0,
+        findings.kept,
+        findings.total,
+        findings.rules,
+        operation,
+        namespace,
+        name,
+    )
+
+
+def _text(value: object) -> str:
+    """A string field of the review for the log: "" unless a string, cut when too long."""
+    if not isinstance(value, str):
+        return ""
+    return value if len(value) <= MAX_NAME_CHARS else value[:MAX_NAME_CHARS] + "..."

@@ -18,11 +18,15 @@ Decisions where Kubernetes leaves room:
 - Quantities are Kubernetes quantities: "1", "1.0" and "1000m" are all one; "500m" is not a
   whole number and is refused with its own message. (The API server stores and sends the
   canonical form, "1", so the other spellings reach us only from a client that bypasses it.)
+
+Whatever the pod, the work is linear in its size and every message is bounded: names and
+values are shortened, lists of names are cut with a count of the rest, and
+``find_violations`` keeps only the first violations (counting the others).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import Enum, StrEnum
@@ -35,6 +39,11 @@ VENDOR_PREFIX = "hygon.com/"
 PARTITION_PREFIX = FAMILY + "."
 
 _EXAMPLE = f"{FAMILY}: 1 and {PROFILE_PREFIX}2g.15gb: 1"
+# Longer names and values are shortened in messages; a valid name is at most 63 characters
+# (a container) or 253 (a resource), so only invalid ones are ever cut.
+_MAX_SHOWN_CHARS = 100
+# Lists of names in one message show this many, then how many more there are.
+_MAX_SHOWN_NAMES = 3
 _ONE_PER_CONTAINER = "one partition per container; use one pod per partition"
 
 
@@ -65,6 +74,15 @@ class Violation:
     message: str
 
 
+@dataclass(frozen=True)
+class Findings:
+    """The first violations of a pod, and how many and which rules there were in all."""
+
+    kept: list[Violation]
+    total: int
+    rules: frozenset[Rule]
+
+
 class _Kind(Enum):
     APP = "container"
     INIT = "init container"
@@ -72,7 +90,7 @@ class _Kind(Enum):
     EPHEMERAL = "ephemeral container"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Container:
     kind: _Kind
     name: str
@@ -81,11 +99,16 @@ class _Container:
 
     @property
     def label(self) -> str:
-        return f'{self.kind.value} "{self.name}"'
+        return f'{self.kind.value} "{_shorten(self.name)}"'
 
     def vendor_resources(self) -> list[str]:
-        names = set(self.requests) | set(self.limits)
-        return sorted(name for name in names if name.startswith(VENDOR_PREFIX))
+        names = {*self.requests, *self.limits}
+        return sorted(
+            name for name in names if isinstance(name, str) and name.startswith(VENDOR_PREFIX)
+        )
+
+    def holds_partition(self) -> bool:
+        return self.kind is not _Kind.EPHEMERAL and any(map(_is_partition, self.vendor_resources()))
 
 
 class _MalformedPod(ValueError):
@@ -94,15 +117,42 @@ class _MalformedPod(ValueError):
 
 def check_pod(pod: Mapping[str, Any]) -> list[Violation]:
     """Every rule the pod breaks, in spec order; an empty list admits the pod."""
+    return list(_violations(pod))
+
+
+def find_violations(pod: Mapping[str, Any], keep: int) -> Findings:
+    """The first ``keep`` violations of ``check_pod``, without holding the others."""
+    kept: list[Violation] = []
+    total = 0
+    rules: set[Rule] = set()
+    for violation in _violations(pod):
+        total += 1
+        rules.add(violation.rule)
+        if len(kept) < keep:
+            kept.append(violation)
+    return Findings(kept, total, frozenset(rules))
+
+
+def _violations(pod: Mapping[str, Any]) -> Iterator[Violation]:
+    # Walk the containers three times instead of holding them: once to check the shape and
+    # find the partitioned ones, once for each container's own rules, once for mixing.
+    partitioned: list[str] = []
+    partitioned_count = 0
     try:
-        containers = list(_containers(pod))
+        for container in _containers(pod):
+            if container.holds_partition():
+                partitioned_count += 1
+                if len(partitioned) < _MAX_SHOWN_NAMES:
+                    partitioned.append(container.label)
     except _MalformedPod as error:
-        return [Violation(Rule.MALFORMED_POD, "", f"{error}: the pod cannot be checked")]
-    violations: list[Violation] = []
-    for container in containers:
-        violations.extend(_check_container(container))
-    violations.extend(_check_mixing(containers))
-    return violations
+        yield Violation(Rule.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
+        return
+    for container in _containers(pod):
+        yield from _check_container(container)
+    if partitioned_count:
+        holders = _listing(partitioned, partitioned_count)
+        for container in _containers(pod):
+            yield from _check_mixing(container, holders)
 
 
 def _is_partition(name: str) -> bool:
@@ -116,7 +166,7 @@ def _check_container(container: _Container) -> Iterator[Violation]:
             yield Violation(
                 Rule.EPHEMERAL_CONTAINER_RESOURCE,
                 container.name,
-                f"{container.label} requests {', '.join(vendor)}: ephemeral containers cannot "
+                f"{container.label} requests {_names(vendor)}: ephemeral containers cannot "
                 "have resources; remove them from the ephemeral container",
             )
         return
@@ -127,7 +177,7 @@ def _check_container(container: _Container) -> Iterator[Violation]:
         yield Violation(
             Rule.PARTITION_IN_SIDECAR,
             container.name,
-            f"{container.label} (restartPolicy: Always) requests {', '.join(partitions)}: "
+            f"{container.label} (restartPolicy: Always) requests {_names(partitions)}: "
             "a sidecar is an init container, whose devices are handed on to the app "
             "containers, so its partition cannot be attributed; request the partition in an "
             "app container under spec.containers instead",
@@ -137,7 +187,7 @@ def _check_container(container: _Container) -> Iterator[Violation]:
         yield Violation(
             Rule.PARTITION_IN_INIT_CONTAINER,
             container.name,
-            f"{container.label} requests {', '.join(partitions)}: an init container's devices "
+            f"{container.label} requests {_names(partitions)}: an init container's devices "
             "are handed on to the app containers, so its partition cannot be attributed; "
             "request the partition in an app container under spec.containers instead",
         )
@@ -161,15 +211,15 @@ def _check_app_partitions(container: _Container, partitions: list[str]) -> Itera
         yield Violation(
             Rule.UNKNOWN_PARTITION_RESOURCE,
             container.name,
-            f"{label} requests {name}, which is not a partition resource: profile resources "
-            f"are named {PROFILE_PREFIX}<profile>; request {_EXAMPLE}",
+            f"{label} requests {_shorten(name)}, which is not a partition resource: profile "
+            f"resources are named {PROFILE_PREFIX}<profile>; request {_EXAMPLE}",
         )
     for name, amount in amounts.items():
         if amount != 1 and name not in unknown:
             yield Violation(
                 Rule.QUANTITY_NOT_ONE,
                 container.name,
-                f"{label} requests {name}: {amount}; {_ONE_PER_CONTAINER} "
+                f"{label} requests {_shorten(name)}: {amount}; {_ONE_PER_CONTAINER} "
                 f"(set it to 1 and create one pod for each partition)",
             )
     if FAMILY in partitions and not profiles:
@@ -183,14 +233,14 @@ def _check_app_partitions(container: _Container, partitions: list[str]) -> Itera
         yield Violation(
             Rule.PROFILE_WITHOUT_FAMILY,
             container.name,
-            f"{label} requests {', '.join(profiles)} without the family: add {FAMILY}: 1 "
+            f"{label} requests {_names(profiles)} without the family: add {FAMILY}: 1 "
             "next to the profile (the family is what the node allocates)",
         )
     if len(profiles) > 1:
         yield Violation(
             Rule.TWO_PROFILES,
             container.name,
-            f"{label} requests {len(profiles)} profiles ({', '.join(profiles)}): "
+            f"{label} requests {len(profiles)} profiles ({_names(profiles)}): "
             f"{_ONE_PER_CONTAINER}; keep exactly one profile in this container",
         )
 
@@ -211,7 +261,7 @@ def _amount(container: _Container, name: str) -> tuple[int | None, list[Violatio
                 Violation(
                     Rule.QUANTITY_NOT_WHOLE,
                     container.name,
-                    f"{label} has {field} {name}: {raw!r}, which is not a quantity: "
+                    f"{label} has {field} {_shorten(name)}: {_show(raw)}, which is not a quantity: "
                     "partitions are counted in whole units; set it to 1",
                 )
             )
@@ -222,8 +272,8 @@ def _amount(container: _Container, name: str) -> tuple[int | None, list[Violatio
                 Violation(
                     Rule.QUANTITY_NOT_WHOLE,
                     container.name,
-                    f"{label} has {field} {name}: {raw!r}, which is not a whole number: "
-                    "partitions are counted in whole units; set it to 1",
+                    f"{label} has {field} {_shorten(name)}: {_show(raw)}, which is not a whole "
+                    "number: partitions are counted in whole units; set it to 1",
                 )
             )
             continue
@@ -233,7 +283,7 @@ def _amount(container: _Container, name: str) -> tuple[int | None, list[Violatio
             Violation(
                 Rule.REQUESTS_WITHOUT_LIMITS,
                 container.name,
-                f"{label} sets {name} in requests but not in limits: set it in limits "
+                f"{label} sets {_shorten(name)} in requests but not in limits: set it in limits "
                 "(requests of extended resources default to the limits, and the node reads "
                 "the profile from the limits)",
             )
@@ -243,8 +293,8 @@ def _amount(container: _Container, name: str) -> tuple[int | None, list[Violatio
             Violation(
                 Rule.REQUESTS_LIMITS_DISAGREE,
                 container.name,
-                f"{label} has requests {name}: {values['requests']} but limits "
-                f"{name}: {values['limits']}: extended resources need equal requests and "
+                f"{label} has requests {_shorten(name)}: {values['requests']} but limits "
+                f"{_shorten(name)}: {values['limits']}: extended resources need equal requests and "
                 "limits; set both to 1 or leave out the requests (they default to the limits)",
             )
         )
@@ -252,29 +302,22 @@ def _amount(container: _Container, name: str) -> tuple[int | None, list[Violatio
     return amount, problems
 
 
-def _check_mixing(containers: list[_Container]) -> Iterator[Violation]:
-    partitioned = [
-        c
-        for c in containers
-        if c.kind is not _Kind.EPHEMERAL and any(map(_is_partition, c.vendor_resources()))
-    ]
-    if not partitioned:
+def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:
+    """``holders`` names the containers that hold a partition (at least one does)."""
+    others = [name for name in container.vendor_resources() if name in (WHOLE_CARD, SLICED)]
+    if not others:
         return
-    for container in containers:
-        others = [name for name in container.vendor_resources() if name in (WHOLE_CARD, SLICED)]
-        if not others:
-            continue
-        if container in partitioned:
-            where = "next to its own partition request"
-        else:
-            where = f"while {', '.join(c.label for c in partitioned)} requests a partition"
-        yield Violation(
-            Rule.MIXED_WITH_PARTITIONS,
-            container.name,
-            f"{container.label} requests {', '.join(others)} {where}: a partitioned node "
-            "serves only partitions, so this pod could never be scheduled; use partitions or "
-            "whole cards in one pod, not both",
-        )
+    if container.holds_partition():
+        where = "next to its own partition request"
+    else:
+        where = f"while {holders} requests a partition"
+    yield Violation(
+        Rule.MIXED_WITH_PARTITIONS,
+        container.name,
+        f"{container.label} requests {', '.join(others)} {where}: a partitioned node "
+        "serves only partitions, so this pod could never be scheduled; use partitions or "
+        "whole cards in one pod, not both",
+    )
 
 
 def _containers(pod: Mapping[str, Any]) -> Iterator[_Container]:
@@ -316,3 +359,32 @@ def _mapping(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, An
     if not isinstance(value, Mapping):
         raise _MalformedPod(f"{where}.{key} is not an object")
     return value
+
+
+def _shorten(text: str) -> str:
+    if len(text) <= _MAX_SHOWN_CHARS:
+        return text
+    return f"{text[:_MAX_SHOWN_CHARS]}... ({len(text)} characters)"
+
+
+def _show(value: object) -> str:
+    """A value from the pod as a message shows it: short, and never a whole structure."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= _MAX_SHOWN_CHARS else _shorten(repr(value))
+    if value is None or isinstance(value, (bool, int, float)):
+        text = repr(value)
+        return text if len(text) <= _MAX_SHOWN_CHARS else f"a number of {len(text)} digits"
+    return f"a JSON {'object' if isinstance(value, Mapping) else type(value).__name__}"
+
+
+def _names(names: list[str]) -> str:
+    return _listing([_shorten(name) for name in names[:_MAX_SHOWN_NAMES]], len(names))
+
+
+def _listing(shown: Iterable[str], count: int) -> str:
+    """``shown`` (the first few of ``count`` items) joined, with how many more there are."""
+    items = list(shown)
+    text = ", ".join(items)
+    if count > len(items):
+        text += f" and {count - len(items)} more"
+    return text

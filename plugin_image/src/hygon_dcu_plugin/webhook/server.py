@@ -3,12 +3,27 @@
 Standard library only (http.server and ssl). The TLS handshake runs in the connection's own
 thread, with the certificate current at that moment, so a slow client never stalls the
 accept loop and a rotated certificate is served from the next handshake on.
+
+Memory and time are bounded whatever clients send:
+- at most ``max_connections`` connections (each a thread); more are closed at once, unread;
+- a handshake within ``HANDSHAKE_TIMEOUT``; a request (line, headers, body) within
+  ``REQUEST_TIMEOUT`` of its first byte, its line and headers within ``MAX_HEADER_BYTES``;
+- bodies of at most ``max_body`` bytes, refused on Content-Length before they are read; the
+  bodies held at once share ``IN_FLIGHT_BODIES * max_body`` bytes;
+- one parse at a time (it holds the GIL anyway), and none whose memory bound
+  (``bounded_json.parse_cost``) exceeds ``parse_budget``; and glibc keeps one heap
+  (``malloc_tuning``), so what one parse freed is what the next one uses.
+So the peak is about: the interpreter and this package (25 MiB) + the held bodies
+(4 x 3 MiB) + one parse (24 MiB) + 64 connections x their buffers (under 0.25 MiB each):
+under 80 MiB against the Deployment's 128 MiB limit. The unit tests measure the process's peak
+for the costliest bodies it accepts.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import signal
@@ -21,31 +36,58 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from hygon_dcu_plugin.webhook import logs
+from hygon_dcu_plugin.webhook import logs, malloc_tuning
+from hygon_dcu_plugin.webhook.budget import ByteBudget
 from hygon_dcu_plugin.webhook.logs import log
 from hygon_dcu_plugin.webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from hygon_dcu_plugin.webhook.metrics import Metrics
-from hygon_dcu_plugin.webhook.review import BadReview, decide, parse_body
+from hygon_dcu_plugin.webhook.reader import (
+    ConnectionReader,
+    HeadersTooLarge,
+    RequestDeadlineExceeded,
+)
+from hygon_dcu_plugin.webhook.review import BadReview, BodyTooCostly, decide, parse_body
 from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
 
 VALIDATE_PATH = "/validate"
 DEFAULT_CERT = "/etc/hygon-dcu-admission/tls/tls.crt"
 DEFAULT_KEY = "/etc/hygon-dcu-admission/tls/tls.key"
-# The API server caps a request body at 3 MiB; an AdmissionReview carries the object once
-# (twice on UPDATE) plus metadata, so 8 MiB leaves room without inviting abuse.
-DEFAULT_MAX_BODY = 8 * 1024 * 1024
+# The API server refuses request bodies over 3 MiB, and only CREATE (one object) is sent here.
+DEFAULT_MAX_BODY = 3 * 1024 * 1024
+# A pod whose parse would take more is refused (413) before it is parsed; a 3 MiB pod of
+# ordinary text and structure fits.
+DEFAULT_PARSE_BUDGET = 24 * 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 64
+# How many largest bodies may be held (read, waiting for or in the parse) at once.
+IN_FLIGHT_BODIES = 4
+# The API server waits 5 s (timeoutSeconds) for an answer; a request slower than this to
+# arrive is not one it still waits for.
+REQUEST_TIMEOUT = 10.0
+HANDSHAKE_TIMEOUT = 10.0
+# Between requests on a kept-alive connection.
+IDLE_TIMEOUT = 30.0
+# The API server's request line and headers take well under 1 KiB.
+MAX_HEADER_BYTES = 32 * 1024
+# After the last answer on a connection, what is still read (and dropped) before closing.
+LINGER_SECONDS = 1.0
+LINGER_BYTES = 64 * 1024
 
 
 class AdmissionServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 64  # the kernel's backlog; beyond it connections are not accepted
 
     def __init__(
         self,
         address: tuple[str, int],
         certificates: CertificateReloader,
         metrics: Metrics,
+        *,
         max_body: int = DEFAULT_MAX_BODY,
-        connection_timeout: float = 30.0,
+        connection_timeout: float = IDLE_TIMEOUT,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        parse_budget: int = DEFAULT_PARSE_BUDGET,
+        request_timeout: float = REQUEST_TIMEOUT,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -53,13 +95,47 @@ class AdmissionServer(ThreadingHTTPServer):
         self.metrics = metrics
         self.max_body = max_body
         self.connection_timeout = connection_timeout
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.parse_budget = parse_budget
+        self.bodies = ByteBudget(IN_FLIGHT_BODIES * max_body)
+        # One parse at a time: parses hold the GIL, so two at once would double the peak
+        # memory without answering sooner.
+        self.parse_lock = threading.Lock()
+        self._connection_slots = threading.BoundedSemaphore(max_connections)
         # Set on SIGTERM: /healthz fails so the endpoint is taken out of the Service, while
         # reviews are still answered until the shutdown delay is over.
         self.draining = threading.Event()
         super().__init__(address, AdmissionHandler)
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # Runs in the accept loop: a connection over the cap is closed at once, unread, so the
+        # excess costs neither a thread nor a handshake.
+        if not self._connection_slots.acquire(blocking=False):
+            self.metrics.connection_refused()
+            log(
+                logging.WARNING,
+                "connection_refused",
+                client=str(client_address[0]),
+                limit=self.max_connections,
+            )
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connection_slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connection_slots.release()
+
     def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(self.connection_timeout)
+        # The handshake runs within one timeout as a whole (the ssl module keeps a deadline).
+        request.settimeout(HANDSHAKE_TIMEOUT)
         # Headers and body go out as separate writes; without NODELAY, Nagle plus the
         # client's delayed ACK would add ~40 ms to every review.
         with contextlib.suppress(OSError):
@@ -75,16 +151,37 @@ class AdmissionServer(ThreadingHTTPServer):
                 error=str(error),
             )
             return
+        connection.settimeout(self.connection_timeout)
         try:
             AdmissionHandler(connection, client_address, self)
         finally:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
-            connection.close()
+            _close_gently(connection)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver would print a traceback to stderr; keep the log structured.
         log(logging.ERROR, "connection_failed", client=str(client_address[0]), exc_info=True)
+
+
+def _close_gently(connection: socket.socket) -> None:
+    """Close after reading what the client still sends, for a moment and a few KiB at most.
+
+    Closing with unread bytes makes the kernel reset the connection, and a reset can destroy
+    the answer (a 413 or 408) before the client reads it.
+    """
+    with contextlib.suppress(OSError):
+        connection.shutdown(socket.SHUT_WR)
+        deadline = time.monotonic() + LINGER_SECONDS
+        drained = 0
+        while drained < LINGER_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            connection.settimeout(left)
+            chunk = connection.recv(16384)
+            if not chunk:
+                break
+            drained += len(chunk)
+    connection.close()
 
 
 class AdmissionHandler(BaseHTTPRequestHandler):
@@ -92,6 +189,59 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # the API server keeps connections alive
     server_version = "hygon-dcu-admission"
     sys_version = ""
+    reader: ConnectionReader
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # replaced by a reader that keeps the request's deadline
+        self.reader = ConnectionReader(
+            self.connection,
+            idle_timeout=self.server.connection_timeout,
+            request_timeout=self.server.request_timeout,
+            write_timeout=self.server.connection_timeout,
+        )
+        self.rfile = io.BufferedReader(self.reader)
+
+    def handle_one_request(self) -> None:
+        # BaseHTTPRequestHandler's, with the request's byte allowance and deadline.
+        self.reader.start_request(MAX_HEADER_BYTES)
+        self.headers = None  # type: ignore[assignment]  # until parse_request sets them
+        self.command, self.path, self.requestline = "", "", ""
+        self.request_version = self.protocol_version
+        try:
+            self.raw_requestline = self.rfile.readline(MAX_HEADER_BYTES + 1)
+            if not self.raw_requestline:
+                self.close_connection = True
+                return
+            if not self.parse_request():
+                return
+            method = getattr(self, "do_" + self.command, None)
+            if method is None:
+                self._method_not_allowed(self._allowed_methods())
+                return
+            method()
+            self.wfile.flush()
+        except HeadersTooLarge:
+            self.close_connection = True
+            self._error(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers-too-large",
+                f"the request line and headers are over {MAX_HEADER_BYTES} bytes",
+            )
+        except RequestDeadlineExceeded as error:
+            self.close_connection = True
+            self._error(HTTPStatus.REQUEST_TIMEOUT, "read-timeout", str(error))
+        except TimeoutError:
+            self.close_connection = True  # an idle kept-alive connection: close it quietly
+        except OSError as error:  # the client went away mid-request: nobody to answer
+            self.close_connection = True
+            log(logging.DEBUG, "connection_lost", error=str(error))
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # http.server's own refusals (bad request line, too many headers), as JSON like ours.
+        status = HTTPStatus(code)
+        self.close_connection = True
+        self._error(status, "bad-http", message or status.phrase)
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -139,11 +289,30 @@ class AdmissionHandler(BaseHTTPRequestHandler):
                 f"Content-Type {media_type or '(none)'!r} is not supported; send application/json",
             )
             return
-        body = self._read_body()
-        if body is None:
+        length = self._body_length()
+        if length is None:
+            return
+        if not self.server.bodies.acquire(length, self.reader.remaining()):
+            self._busy("the webhook holds as many request bodies as it may; retry")
             return
         try:
-            decision = decide(parse_body(body))
+            self._review(length, started)
+        finally:
+            self.server.bodies.release(length)
+
+    def _review(self, length: int, started: float) -> None:
+        body = self._read_body(length)
+        if body is None:
+            return
+        if not self.server.parse_lock.acquire(timeout=self.reader.remaining()):
+            self._busy("the webhook is busy checking other pods; retry")
+            return
+        try:
+            decision = decide(parse_body(body, self.server.parse_budget))
+        except BodyTooCostly as error:
+            self.close_connection = True
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error.reason, error.message)
+            return
         except BadReview as error:
             self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
             return
@@ -155,8 +324,13 @@ class AdmissionHandler(BaseHTTPRequestHandler):
                 "the webhook failed to check this pod; see its log",
             )
             return
-        rules = [violation.rule for violation in decision.violations]
-        self.server.metrics.review(decision.allowed, rules)
+        finally:
+            self.server.parse_lock.release()
+        del body
+        self.server.metrics.review(decision.allowed, decision.rules)
+        # Rules in the order their first violation was found.
+        rules = list(dict.fromkeys(violation.rule.value for violation in decision.violations))
+        rules += sorted(rule.value for rule in decision.rules if rule.value not in rules)
         log(
             logging.INFO,
             "admission_review",
@@ -165,12 +339,17 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             namespace=decision.namespace,
             pod=decision.name,
             allowed=decision.allowed,
-            rules=[rule.value for rule in rules],
-            message="; ".join(violation.message for violation in decision.violations),
+            rules=rules,
+            violations=decision.violation_count,
+            message=decision.message() if not decision.allowed else "",
             duration_ms=round((time.monotonic() - started) * 1000, 3),
         )
         payload = json.dumps(decision.response()).encode()
         self._send(HTTPStatus.OK, payload, "application/json")
+
+    def _busy(self, message: str) -> None:
+        self.close_connection = True
+        self._error(HTTPStatus.SERVICE_UNAVAILABLE, "overloaded", message, {"Retry-After": "1"})
 
     def do_PUT(self) -> None:
         self._method_not_allowed(self._allowed_methods())
@@ -182,7 +361,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     def _allowed_methods(self) -> str:
         return "POST" if self.path.split("?", 1)[0] == VALIDATE_PATH else "GET, HEAD"
 
-    def _read_body(self) -> bytes | None:
+    def _body_length(self) -> int | None:
+        """The announced body length if it is acceptable; else answers and returns None."""
         length_header = self.headers.get("Content-Length")
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
@@ -196,16 +376,15 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._error(HTTPStatus.LENGTH_REQUIRED, "no-content-length", "send Content-Length")
             return None
-        try:
-            length = int(length_header)
-        except ValueError:
-            length = -1
+        text = length_header.strip()
+        # Digits only (int() would take "+5", "1_000" and any number of digits).
+        length = int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else -1
         if length < 0:
             self.close_connection = True
             self._error(
                 HTTPStatus.BAD_REQUEST,
                 "bad-content-length",
-                f"Content-Length {length_header!r} is not a byte count",
+                f"Content-Length {length_header[:40]!r} is not a byte count",
             )
             return None
         if length > self.server.max_body:
@@ -216,10 +395,26 @@ class AdmissionHandler(BaseHTTPRequestHandler):
                 f"the body is {length} bytes; at most {self.server.max_body} are accepted",
             )
             return None
+        return length
+
+    def _body_unread(self) -> bool:
+        if self.reader.body_allowed:
+            return False
+        headers = getattr(self, "headers", None)
+        if headers is None:
+            return False
+        return bool(headers.get("Transfer-Encoding")) or headers.get("Content-Length", "0") != "0"
+
+    def _read_body(self, length: int) -> bytes | None:
+        self.reader.allow_body(length)
         try:
             body = self.rfile.read(length)
+        except RequestDeadlineExceeded as error:
+            self.close_connection = True
+            self._error(HTTPStatus.REQUEST_TIMEOUT, "read-timeout", str(error))
+            return None
         except OSError as error:
-            # The client vanished mid-body (TLS EOF, reset, timeout): nobody to answer.
+            # The client vanished mid-body (TLS EOF, reset): nobody to answer.
             self.close_connection = True
             self.server.metrics.bad_request("short-body")
             log(
@@ -276,6 +471,9 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         content_type: str,
         headers: dict[str, str] | None = None,
     ) -> None:
+        if self._body_unread():
+            # Its bytes would be read as the next request: end the connection instead.
+            self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -283,8 +481,11 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         if self.close_connection:
             self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the client is gone or not reading: nobody to answer
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         # Requests are logged once, as structured events, by the handlers above.
@@ -307,7 +508,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to listen on ('::' for IPv6)",
     )
     parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help="larger bodies are refused (413) before they are read",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="connections over this many are closed at once",
+    )
     parser.add_argument(
         "--shutdown-delay-seconds",
         type=float,
@@ -326,12 +538,22 @@ def serve(
     port: int,
     cert_file: str,
     key_file: str,
+    *,
     max_body: int = DEFAULT_MAX_BODY,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    request_timeout: float = REQUEST_TIMEOUT,
 ) -> AdmissionServer:
     """Bind the server (port 0 picks a free one); the caller runs ``serve_forever``."""
     metrics = Metrics()
     certificates = CertificateReloader(cert_file, key_file, on_reload=metrics.tls_reload)
-    return AdmissionServer((address, port), certificates, metrics, max_body=max_body)
+    return AdmissionServer(
+        (address, port),
+        certificates,
+        metrics,
+        max_body=max_body,
+        max_connections=max_connections,
+        request_timeout=request_timeout,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -340,13 +562,16 @@ def main(argv: list[str]) -> int:
     except SystemExit as exit_:  # --help, or a usage error argparse already explained
         return exit_.code if isinstance(exit_.code, int) else 2
     logs.configure(options.log_level)
+    if not malloc_tuning.tune():
+        log(logging.WARNING, "malloc_not_tuned", detail="no glibc mallopt; memory may grow")
     try:
         server = serve(
             options.address,
             options.port,
             options.cert_file,
             options.key_file,
-            options.max_body_bytes,
+            max_body=options.max_body_bytes,
+            max_connections=options.max_connections,
         )
     except CertificateError as error:
         log(logging.ERROR, "startup_failed", error=str(error))

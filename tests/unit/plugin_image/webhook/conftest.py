@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import base64
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hygon_dcu_plugin.webhook.server import serve
 from webhook_support import (
     Authority,
     Rendered,
     Running,
     finish_render,
     make_authority,
+    serving,
     start_render,
 )
 
@@ -27,22 +26,8 @@ def authority() -> Authority:
 
 @pytest.fixture
 def running_webhook(tmp_path: Path, authority: Authority) -> Iterator[Running]:
-    cert_pem, key_pem, _ignored = authority.issue()
-    cert_path = tmp_path / "tls.crt"
-    key_path = tmp_path / "tls.key"
-    cert_path.write_bytes(cert_pem)
-    key_path.write_bytes(key_pem)
-    server = serve("127.0.0.1", 0, str(cert_path), str(key_path), max_body=64 * 1024)
-    thread = threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    )
-    thread.start()
-    try:
-        yield Running(server, server.server_address[1], authority.pem, cert_path, key_path)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(tmp_path, authority, max_body=64 * 1024) as running:
+        yield running
 
 
 IMAGE = "registry.example/hygon/dcu-plugin:1.0"

@@ -308,10 +308,10 @@ def test_certificate_names_the_service(running_webhook: Running) -> None:
 def test_a_bug_in_the_rules_answers_500_not_a_dropped_connection(
     running_webhook: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(_pod: object) -> list[object]:
+    def broken(_pod: object, _keep: int) -> object:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr("hygon_dcu_plugin.webhook.review.check_pod", broken)
+    monkeypatch.setattr("hygon_dcu_plugin.webhook.review.find_violations", broken)
     body = json.dumps(admission_review(pod(container("a")))).encode()
     status, _ignored, error = _post(running_webhook, body)
     assert status == 500

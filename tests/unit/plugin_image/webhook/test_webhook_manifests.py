@@ -131,12 +131,18 @@ def test_webhook_fails_closed_for_pod_create_only(
             "scope": "Namespaced",
         }
     ]
-    (selector,) = webhook["namespaceSelector"]["matchExpressions"]
-    assert selector["key"] == "kubernetes.io/metadata.name"
+    selector = _name_selector(webhook)
     assert selector["operator"] == "NotIn"
     assert deployment["metadata"]["namespace"] in selector["values"]
     (condition,) = webhook["matchConditions"]
     assert condition["name"] == "requests-hygon-resource"
+
+
+def _name_selector(webhook: dict[str, Any]) -> dict[str, Any]:
+    """The namespaceSelector expression that excludes namespaces by name."""
+    expressions: list[dict[str, Any]] = webhook["namespaceSelector"]["matchExpressions"]
+    (selector,) = [e for e in expressions if e["key"] == "kubernetes.io/metadata.name"]
+    return selector
 
 
 def test_defaults(renders: dict[str, Rendered], authority: Authority) -> None:
@@ -173,7 +179,7 @@ def test_custom_values_reach_the_manifests(
     assert pod_spec["volumes"][0]["secret"]["secretName"] == "dcu-admission-cert"
     webhook = config["webhooks"][0]
     assert webhook["timeoutSeconds"] == 10
-    assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+    assert _name_selector(webhook)["values"] == [
         "gpu-system",
         "kube-system",
     ]

@@ -205,6 +205,17 @@ def test_malformed_pod_is_denied_not_crashed(spec: dict[str, object], where: str
         ("1000000000n", Decimal(1)),
         (" 1 ", Decimal(1)),
         (7, Decimal(7)),
+        # Exact: no rounding to the decimal module's default 28 digits.
+        ("1000.0000000000000000000000001m", Decimal("1.0000000000000000000000000001")),
+        ("0.99999999999999999999999999999999", Decimal("0.99999999999999999999999999999999")),
+        ("1.5Ei", Decimal(3 * 2**59)),
+        ("0.1Ki", Decimal("102.4")),
+        ("1e99", Decimal("1e99")),
+        ("1e-99", Decimal("1e-99")),
+        (
+            "12345678901234567890123456789012345678901234567890Ei",
+            Decimal(12345678901234567890123456789012345678901234567890 * 2**60),
+        ),
     ],
 )
 def test_quantity_values(text: object, value: Decimal) -> None:
@@ -229,7 +240,13 @@ def test_quantity_values(text: object, value: Decimal) -> None:
         True,
         1.0,
         [],
+        {"a": 1},
         "1e99999",
+        "1e9999",
+        "1e100",
+        "1e-100",
+        2**70,
+        -(2**70),
     ],
 )
 def test_not_quantities(text: object) -> None:
@@ -239,5 +256,9 @@ def test_not_quantities(text: object) -> None:
 
 def test_whole_number() -> None:
     assert whole_number(Decimal("1.000")) == 1
+    assert whole_number(Decimal("1.0000000000000000000000000001")) is None
+    assert whole_number(parse_quantity("1000.0000000000000000000000001m")) is None
+    assert whole_number(Decimal("1E+99")) == 10**99
+    assert whole_number(Decimal("NaN")) is None
     assert whole_number(Decimal("0.5")) is None
     assert whole_number(Decimal("2E+3")) == 2000

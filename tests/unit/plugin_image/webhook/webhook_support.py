@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import http.client
 import ipaddress
@@ -10,6 +11,8 @@ import os
 import ssl
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from hygon_dcu_plugin.webhook.server import AdmissionServer
+from hygon_dcu_plugin.webhook.server import AdmissionServer, serve
 
 SERVICE_DNS = "hygon-dcu-admission.hygon-dcu-system.svc"
 
@@ -152,6 +155,27 @@ class Running:
             if line.startswith(series + " "):
                 return float(line.rsplit(" ", 1)[1])
         raise AssertionError(f"no series {series}")
+
+
+@contextlib.contextmanager
+def serving(directory: Path, authority: Authority, **settings: Any) -> Iterator[Running]:
+    """The webhook served in this process on 127.0.0.1, with serve()'s keyword settings."""
+    cert_pem, key_pem, _ignored = authority.issue()
+    cert_path = directory / "tls.crt"
+    key_path = directory / "tls.key"
+    cert_path.write_bytes(cert_pem)
+    key_path.write_bytes(key_pem)
+    server = serve("127.0.0.1", 0, str(cert_path), str(key_path), **settings)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield Running(server, server.server_address[1], authority.pem, cert_path, key_path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def admission_review(

@@ -18,3 +18,22 @@ def default_render(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
 @pytest.fixture
 def render_dir(tmp_path: Path) -> Path:
     return tmp_path / "out"
+
+
+# Kubernetes versions the role renders differently for (policy/v1 from 1.21, GA matchConditions
+# from 1.30), and the ones whose schemas the tests validate against.
+RENDERED_VERSIONS = ("1.20", "1.28", "1.31", "1.34", "1.37")
+
+
+@pytest.fixture(scope="session")
+def renders_by_version(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RoleRun]:
+    """The role with its defaults, rendered once per session for each of RENDERED_VERSIONS."""
+    runs = {}
+    for version in RENDERED_VERSIONS:
+        run = run_role(
+            tmp_path_factory.mktemp(f"render-{version}") / "out",
+            hygon_dcu_kubernetes_version=version,
+        )
+        assert run.returncode == 0, run.output
+        runs[version] = run
+    return runs

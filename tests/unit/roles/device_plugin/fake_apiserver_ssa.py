@@ -4,16 +4,23 @@ We have no cluster here; this serves what kubernetes.core's k8s and k8s_info sen
 objects (discovery, GET, server-side apply PATCH, DELETE) with the API server behaviour the role
 relies on:
 
+- ``/version`` reports ``version`` (1.MINOR); discovery serves PodDisruptionBudget as
+  ``policy/v1`` from 1.21 and as ``policy/v1beta1`` before, as the real servers do;
 - server-side apply (``application/apply-patch+yaml``) creates or updates an object, refuses a
-  request without ``fieldManager`` (as the real server does) and, when the applied
-  configuration changes nothing, answers with the stored object untouched (same
-  resourceVersion), which is what makes a second run report changed=false;
+  request without ``fieldManager`` (as the real server does), refuses a namespaced object whose
+  namespace does not exist (404) and, when the applied configuration changes nothing, answers
+  with the stored object untouched (same resourceVersion) from 1.21 on; on 1.20 such an apply
+  still rewrites managedFields and the resourceVersion, as measured on a real 1.20.2 server;
+- ``dryRun=All`` answers with what would be stored and stores nothing;
+- before 1.28 an object carrying ``matchConditions`` is refused (500, "field not declared in
+  schema"), as a 1.20 server does;
 - any other PATCH content type or a POST is refused (415 / 405): the role must not fall back to
   client-side apply without a test noticing;
 - the DaemonSet and Deployment controllers: one step before every request marks a workload
   whose spec generation is not yet observed as rolled out, unless its kind is in
   ``stalled_kinds`` (a rollout that never finishes);
-- DELETE removes the object; deleting a Namespace removes what is in it.
+- DELETE removes the object; deleting a Namespace removes what is in it;
+- Pods and Events are listed (with equality label selectors) from what a test ``seed``s.
 
 Single field manager only: the applied configuration replaces the object's content, which is
 what server-side apply does when one manager owns every field it sets.
@@ -46,7 +53,7 @@ class ResourceType:
     namespaced: bool
 
 
-RESOURCE_TYPES = (
+BASE_RESOURCE_TYPES = (
     ResourceType("v1", "namespaces", "Namespace", False),
     ResourceType("v1", "serviceaccounts", "ServiceAccount", True),
     ResourceType("v1", "configmaps", "ConfigMap", True),
@@ -58,7 +65,8 @@ RESOURCE_TYPES = (
     ResourceType(
         "rbac.authorization.k8s.io/v1", "clusterrolebindings", "ClusterRoleBinding", False
     ),
-    ResourceType("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True),
+    ResourceType("v1", "pods", "Pod", True),
+    ResourceType("v1", "events", "Event", True),
     ResourceType(
         "admissionregistration.k8s.io/v1",
         "validatingwebhookconfigurations",
@@ -66,6 +74,17 @@ RESOURCE_TYPES = (
         False,
     ),
 )
+
+
+def resource_types(minor: int) -> tuple[ResourceType, ...]:
+    """What a server of Kubernetes 1.<minor> serves of the kinds the role uses."""
+    pdb_version = "policy/v1" if minor >= 21 else "policy/v1beta1"
+    return (
+        *BASE_RESOURCE_TYPES,
+        ResourceType(pdb_version, "poddisruptionbudgets", "PodDisruptionBudget", True),
+    )
+
+
 # The object key: (kind, namespace or "", name).
 Key = tuple[str, str, str]
 
@@ -125,6 +144,7 @@ def _rolled_out(obj: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class FakeApiServer:
+    version: str = "1.30"
     stalled_kinds: frozenset[str] = frozenset()
     objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
@@ -133,6 +153,23 @@ class FakeApiServer:
     server: ThreadingHTTPServer | None = None
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _version: int = 1
+    _clock: int = 0
+
+    @property
+    def minor(self) -> int:
+        return int(self.version.split(".")[1])
+
+    @property
+    def types(self) -> tuple[ResourceType, ...]:
+        return resource_types(self.minor)
+
+    def seed(self, obj: dict[str, Any]) -> None:
+        """Store an object as another client would have (pods, events)."""
+        metadata = obj["metadata"]
+        with self._lock:
+            self.objects[(obj["kind"], metadata.get("namespace", ""), metadata["name"])] = (
+                copy.deepcopy(obj)
+            )
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -195,11 +232,11 @@ class FakeApiServer:
 
     def _discovery(self, parts: list[str]) -> dict[str, Any] | None:
         if parts == ["version"]:
-            return {"major": "1", "minor": "30", "gitVersion": "v1.30.0"}
+            return {"major": "1", "minor": str(self.minor), "gitVersion": f"v{self.version}.2"}
         if parts == ["api"]:
             return {"kind": "APIVersions", "versions": ["v1"]}
         if parts == ["apis"]:
-            group_versions = sorted({t.group_version for t in RESOURCE_TYPES} - {"v1"})
+            group_versions = sorted({t.group_version for t in self.types} - {"v1"})
             groups = []
             for group_version in group_versions:
                 entry = {"groupVersion": group_version, "version": group_version.split("/")[1]}
@@ -224,7 +261,7 @@ class FakeApiServer:
                     "kind": t.kind,
                     "verbs": verbs,
                 }
-                for t in RESOURCE_TYPES
+                for t in self.types
                 if t.group_version == group_version
             ]
             return {
@@ -247,11 +284,7 @@ class FakeApiServer:
         if rest[:1] == ["namespaces"] and len(rest) >= 3:
             namespace, rest = rest[1], rest[2:]
         resource_type = next(
-            (
-                t
-                for t in RESOURCE_TYPES
-                if t.group_version == group_version and rest[:1] == [t.plural]
-            ),
+            (t for t in self.types if t.group_version == group_version and rest[:1] == [t.plural]),
             None,
         )
         if resource_type is None or len(rest) > 2:
@@ -262,7 +295,9 @@ class FakeApiServer:
             items = [
                 copy.deepcopy(obj)
                 for (kind, obj_namespace, _name), obj in sorted(self.objects.items())
-                if kind == resource_type.kind and (not namespace or obj_namespace == namespace)
+                if kind == resource_type.kind
+                and (not namespace or obj_namespace == namespace)
+                and _selected(obj, query.get("labelSelector", ""))
             ]
             return 200, {
                 "kind": f"{resource_type.kind}List",
@@ -302,17 +337,33 @@ class FakeApiServer:
             body["metadata"].get("namespace", key[1]) != key[1]
         ):
             return 400, failure(400, "BadRequest", "body name or namespace differs from the path")
+        if resource_type.namespaced and ("Namespace", "", key[1]) not in self.objects:
+            return 404, failure(404, "NotFound", f'namespaces "{key[1]}" not found')
+        if self.minor < 28 and "matchConditions" in json.dumps(body):
+            return 500, failure(
+                500,
+                "InternalError",
+                ".webhooks[name=...].matchConditions: field not declared in schema",
+            )
         existing = self.objects.get(key)
         applied = copy.deepcopy(body)
         applied.pop("status", None)
         if resource_type.namespaced:
             applied["metadata"]["namespace"] = key[1]
         label = f"{key[0]}/{key[2]}"
+        dry_run = query.get("dryRun") == "All"
         if existing is not None and without_server_fields(existing) == applied:
-            # a no-op apply: nothing is written, the resourceVersion stays
-            return 200, copy.deepcopy(existing)
-        if query.get("dryRun") == "All":
-            return 200, applied
+            if self.minor >= 21:
+                # a no-op apply: nothing is written, the resourceVersion stays
+                return 200, copy.deepcopy(existing)
+            # 1.20: the same content, but managedFields get a new timestamp (and a write)
+            rewritten = copy.deepcopy(existing)
+            rewritten["metadata"]["managedFields"] = self._managed_fields(manager, resource_type)
+            if not dry_run:
+                rewritten["metadata"]["resourceVersion"] = self._next_version()
+                self.objects[key] = rewritten
+                self.events.append(f"no-op apply {label}")
+            return 200, copy.deepcopy(rewritten)
         if existing is None:
             server_metadata: dict[str, Any] = {
                 "uid": f"uid-{len(self.events)}-{key[2]}",
@@ -328,13 +379,27 @@ class FakeApiServer:
             applied["status"] = existing.get("status", {})
             code = 200
         applied["metadata"].update(server_metadata)
+        applied["metadata"]["managedFields"] = self._managed_fields(manager, resource_type)
+        if dry_run:
+            applied["metadata"]["resourceVersion"] = (
+                existing["metadata"]["resourceVersion"] if existing else ""
+            )
+            return code, applied
         applied["metadata"]["resourceVersion"] = self._next_version()
-        applied["metadata"]["managedFields"] = [
-            {"manager": manager, "operation": "Apply", "apiVersion": resource_type.group_version}
-        ]
         self.objects[key] = applied
         self.events.append(f"apply {label}")
         return code, copy.deepcopy(applied)
+
+    def _managed_fields(self, manager: str, resource_type: ResourceType) -> list[dict[str, Any]]:
+        self._clock += 1
+        return [
+            {
+                "manager": manager,
+                "operation": "Apply",
+                "apiVersion": resource_type.group_version,
+                "time": f"2026-01-01T00:{self._clock // 60:02d}:{self._clock % 60:02d}Z",
+            }
+        ]
 
     def _delete(self, key: Key, body: Any) -> tuple[int, Any]:
         if key not in self.objects:
@@ -345,6 +410,16 @@ class FakeApiServer:
             for inner in [k for k in self.objects if k[1] == key[2]]:
                 del self.objects[inner]
         return 200, deleted
+
+
+def _selected(obj: dict[str, Any], selector: str) -> bool:
+    """Equality-based label selector (a=b,c=d), what the role sends."""
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        name, _equals, value = term.partition("=")
+        if labels.get(name) != value:
+            return False
+    return True
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -1,8 +1,10 @@
 """The role's cluster path (server-side apply, rollout waits, the webhook Secret read back,
 state absent) against fake_apiserver_ssa.FakeApiServer, an in-process API server.
 
-One cluster serves the whole module, in order: install, install again, compare with render
-mode, remove. A second cluster whose Deployment never rolls out checks the rollout wait.
+One cluster (Kubernetes 1.30) serves the whole module, in order: install, install again,
+compare with render mode, remove. A 1.20 cluster, whose server rewrites managedFields on an
+apply that changes nothing, checks check mode, the objects 1.20 accepts and a second run. A
+cluster whose Deployment never rolls out checks the rollout wait and its report.
 """
 
 from __future__ import annotations
@@ -24,11 +26,14 @@ NAMESPACE = "hygon-dcu-system"
 pytestmark = pytest.mark.slow
 
 
-def _cluster_run(api: FakeApiServer, tmp_path: Path, **extra_vars: Any) -> RoleRun:
+def _cluster_run(
+    api: FakeApiServer, tmp_path: Path, *, check: bool = False, **extra_vars: Any
+) -> RoleRun:
     """The playbook against the fake: no render dir, the fake's kubeconfig."""
     kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     return run_role(
         tmp_path / "unused",
+        check=check,
         hygon_dcu_device_plugin_render_dir="",
         hygon_dcu_kubeconfig=str(kubeconfig),
         **extra_vars,
@@ -143,7 +148,42 @@ def test_absent_removes_every_object(api: FakeApiServer, installed: RoleRun, wor
 
 @pytest.fixture
 def stalled_api() -> Iterator[FakeApiServer]:
-    yield from running(FakeApiServer(stalled_kinds=frozenset({"Deployment"})))
+    api = FakeApiServer(stalled_kinds=frozenset({"Deployment"}))
+    # what the Deployment controller and the kubelet would have left behind
+    api.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "hygon-dcu-admission-7d9f-abcde",
+                "namespace": NAMESPACE,
+                "labels": {"app.kubernetes.io/name": "hygon-dcu-admission"},
+            },
+            "spec": {"nodeName": "gpu-node-7", "containers": [{"name": "webhook"}]},
+            "status": {
+                "phase": "Pending",
+                "containerStatuses": [
+                    {
+                        "name": "webhook",
+                        "ready": False,
+                        "state": {"waiting": {"reason": "ContainerCreating"}},
+                    }
+                ],
+            },
+        }
+    )
+    api.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "hygon-dcu-admission-7d9f-abcde.1", "namespace": NAMESPACE},
+            "involvedObject": {"kind": "Pod", "name": "hygon-dcu-admission-7d9f-abcde"},
+            "type": "Warning",
+            "reason": "FailedMount",
+            "message": 'secret "hygon-dcu-admission-tls" not found',
+        }
+    )
+    yield from running(api)
 
 
 def test_webhook_configuration_waits_for_a_rolled_out_deployment(
@@ -152,7 +192,50 @@ def test_webhook_configuration_waits_for_a_rolled_out_deployment(
     run = _cluster_run(stalled_api, tmp_path, hygon_dcu_device_plugin_wait_timeout=1)
 
     assert run.returncode != 0
-    assert "Timed out waiting on resource" in run.output
     assert stalled_api.get("Deployment", "hygon-dcu-admission", NAMESPACE) is not None
     # failurePolicy Fail: pointing pods at a webhook with no ready pod would refuse them all
     assert stalled_api.get("ValidatingWebhookConfiguration", "hygon-dcu-admission") is None
+    # the failure says where to look: namespace, selector, node, and what was seen there
+    report = run.output.replace("\\n", " ").replace('\\"', '"')
+    assert f"Deployment {NAMESPACE}/hygon-dcu-admission is not ready" in report
+    assert "pod selector app.kubernetes.io/name=hygon-dcu-admission" in report
+    assert "Pod hygon-dcu-admission-7d9f-abcde on node gpu-node-7:" in report
+    assert "phase Pending" in report
+    assert "waiting: ContainerCreating" in report
+    assert 'FailedMount: secret "hygon-dcu-admission-tls" not found' in report
+
+
+@pytest.fixture(scope="module")
+def api_1_20() -> Iterator[FakeApiServer]:
+    yield from running(FakeApiServer(version="1.20"))
+
+
+def test_kubernetes_1_20_check_mode_install_and_second_run(
+    api_1_20: FakeApiServer, tmp_path: Path
+) -> None:
+    predicted = _cluster_run(api_1_20, tmp_path, check=True)
+    assert predicted.returncode == 0, predicted.output
+    assert api_1_20.objects == {}, "check mode wrote to the cluster"
+
+    installed = _cluster_run(api_1_20, tmp_path)
+    assert installed.returncode == 0, installed.output
+    assert installed.changed == predicted.changed
+    assert installed.changed and installed.changed > 0
+    # what 1.20 serves: policy/v1beta1, and no matchConditions (the server refuses them)
+    pdb = api_1_20.get("PodDisruptionBudget", "hygon-dcu-admission", NAMESPACE)
+    assert pdb is not None and pdb["apiVersion"] == "policy/v1beta1"
+    webhook_configuration = api_1_20.get("ValidatingWebhookConfiguration", "hygon-dcu-admission")
+    assert webhook_configuration is not None
+    (webhook,) = webhook_configuration["webhooks"]
+    assert "matchConditions" not in webhook
+
+    before = {key: obj["metadata"]["resourceVersion"] for key, obj in api_1_20.objects.items()}
+    events = len(api_1_20.events)
+    second = _cluster_run(api_1_20, tmp_path)
+    assert second.returncode == 0, second.output
+    # a real apply of an unchanged object would still write on 1.20 ("no-op apply" events)
+    assert second.changed == 0, second.output
+    assert api_1_20.events[events:] == []
+    assert {key: obj["metadata"]["resourceVersion"] for key, obj in api_1_20.objects.items()} == (
+        before
+    )

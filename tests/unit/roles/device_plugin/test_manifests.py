@@ -13,8 +13,8 @@ from hygon_dcu_plugin.config import settings_from
 
 from .render import REPO, RoleRun
 
-# Kubernetes 1.28 is the oldest supported release (architecture.md); 1.37 the newest schema
-# kubernetes-validate ships.
+# The default rendering (for 1.30) against every schema kubernetes-validate ships from 1.28 on;
+# test_versions.py validates the rendering for each version.
 VERSIONS = [f"1.{minor}" for minor in range(28, 38)]
 
 
@@ -27,6 +27,7 @@ def test_renders_every_object_in_apply_order(default_render: RoleRun) -> None:
         ("ClusterRoleBinding", "hygon-dcu-device-plugin"),
         ("ConfigMap", "hygon-dcu-device-plugin"),
         ("DaemonSet", "hygon-dcu-device-plugin"),
+        ("Service", "hygon-dcu-device-plugin-metrics"),
         ("Secret", "hygon-dcu-admission-tls"),
         ("Service", "hygon-dcu-admission"),
         ("Deployment", "hygon-dcu-admission"),
@@ -96,7 +97,6 @@ def test_daemonset_mounts(default_render: RoleRun) -> None:
         # the instance-creating process writes the driver's registry
         "/etc/dmi_mig_config": ("/etc/dmi_mig_config", "DirectoryOrCreate", False),
         "/opt/hyhal": ("/opt/hyhal", "Directory", True),
-        "/opt/dtk": ("/opt/dtk", "Directory", True),
         "/var/lib/hygon-dcu": ("/var/lib/hygon-dcu", "DirectoryOrCreate", False),
         "/etc/hygon-dcu": (None, None, True),
         "/tmp": (None, None, False),

@@ -28,6 +28,15 @@ def test_rules_equal_the_calls_in_kube_py(default_render: RoleRun) -> None:
     assert granted == set(API_ACCESS)
 
 
+def test_events_are_written_never_read_and_only_pods_are_deleted(
+    default_render: RoleRun,
+) -> None:
+    # Events on pods and the opt-in deletion of pods whose partition is lost
+    granted = _granted(default_render)
+    assert {verb for _group, resource, verb in granted if resource == "events"} == {"create"}
+    assert {resource for _group, resource, verb in granted if verb == "delete"} == {"pods"}
+
+
 def test_binding_gives_the_rules_to_the_plugin_only(default_render: RoleRun) -> None:
     binding = default_render.find("ClusterRoleBinding")
     role = default_render.find("ClusterRole")

@@ -10,6 +10,11 @@ parts the role depends on:
 - PodDisruptionBudgets: an eviction of a listed pod is refused with HTTP 429 a set number of
   times (``None``: forever);
 - workload pods: each pod requesting a hygon.com/ resource holds /dev/kfd until it is evicted.
+
+Two switches break the device plugin the ways operators meet: ``plugin_deployed=False`` (no
+DaemonSet in the namespace, so no pod) and ``plugin_starts_ready=False`` (the pod stays Pending,
+its container waiting in ImagePullBackOff). The DaemonSet selects the node by
+``hygon.com/dcu.present=true``, as the real one does.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import simnode
 PLUGIN_NAMESPACE = "hygon-dcu-system"
 PLUGIN_LABELS = {"app.kubernetes.io/name": "hygon-dcu-device-plugin"}
 PARK_LABEL = "hygon.com/dcu.device-plugin"
+PRESENT_LABEL = "hygon.com/dcu.present"
+PLUGIN_DAEMONSET = "hygon-dcu-device-plugin"
 _HOLD = (
     "import os, sys\nos.open(sys.argv[1], os.O_RDONLY)\nprint('ready', flush=True)\n"
     "sys.stdin.read()\n"
@@ -95,6 +102,8 @@ class FakeCluster:
     eviction_attempts: dict[str, int] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     plugin_starts: int = 0
+    plugin_deployed: bool = True
+    plugin_starts_ready: bool = True
     server: ThreadingHTTPServer | None = None
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _holders: dict[tuple[str, str], subprocess.Popen[str]] = field(default_factory=dict)
@@ -109,7 +118,7 @@ class FakeCluster:
                 "name": self.node_name,
                 "uid": "node-uid",
                 "resourceVersion": "1",
-                "labels": {"hygon.com/dcu.present": "true"},
+                "labels": {PRESENT_LABEL: "true"},
             },
             "spec": {},
             "status": {"allocatable": {"cpu": "64"}, "capacity": {"cpu": "64"}},
@@ -234,12 +243,14 @@ class FakeCluster:
 
     def _reconcile(self) -> None:
         """One step of the DaemonSet controller and the kubelet, run before every request."""
-        parked = (self.node_object["metadata"].get("labels") or {}).get(PARK_LABEL) == "parked"
+        labels = self.node_object["metadata"].get("labels") or {}
+        parked = labels.get(PARK_LABEL) == "parked"
+        selected = self.plugin_deployed and labels.get(PRESENT_LABEL) == "true" and not parked
         pod = self.plugin_pod()
-        if pod is not None and parked:
+        if pod is not None and not selected:
             self._delete_pod((PLUGIN_NAMESPACE, pod["metadata"]["name"]))
             self._plugin_ready = False
-        elif pod is None and not parked:
+        elif pod is None and selected:
             self.plugin_starts += 1
             name = f"hygon-dcu-device-plugin-{self.plugin_starts}"
             self.pods[(PLUGIN_NAMESPACE, name)] = {
@@ -271,6 +282,20 @@ class FakeCluster:
             # A mode change is never noticed by a running plugin: it serves the mode it saw.
             self._served_mode = "enabled" if self.node.status().mode == 1 else "disabled"
             self._plugin_ready = False
+        elif pod is not None and not self._plugin_ready and not self.plugin_starts_ready:
+            pod["status"] = {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "plugin",
+                        "ready": False,
+                        "state": {"waiting": {"reason": "ImagePullBackOff"}},
+                    }
+                ],
+            }
         elif pod is not None and not self._plugin_ready:
             pod["status"] = {
                 "phase": "Running",
@@ -290,6 +315,27 @@ class FakeCluster:
             allocatable.update({"hygon.com/dcu": str(self.node.cards)})
         self.node_object["status"]["allocatable"] = allocatable
 
+    def daemonset(self) -> dict[str, Any]:
+        scheduled = int(self.plugin_pod() is not None)
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": {
+                "name": PLUGIN_DAEMONSET,
+                "namespace": PLUGIN_NAMESPACE,
+                "labels": dict(PLUGIN_LABELS),
+                "resourceVersion": "1",
+            },
+            "spec": {
+                "selector": {"matchLabels": dict(PLUGIN_LABELS)},
+                "template": {"spec": {"nodeSelector": {PRESENT_LABEL: "true"}}},
+            },
+            "status": {
+                "desiredNumberScheduled": scheduled,
+                "numberReady": int(scheduled == 1 and self._plugin_ready),
+            },
+        }
+
     # --- API ---------------------------------------------------------------------------------
     def handle(self, method: str, url: str, body: Any) -> tuple[int, Any]:
         parsed = urllib.parse.urlparse(url)
@@ -308,7 +354,36 @@ class FakeCluster:
         if parts == ["api"]:
             return 200, {"kind": "APIVersions", "versions": ["v1"]}
         if parts == ["apis"]:
-            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+            apps = {"groupVersion": "apps/v1", "version": "v1"}
+            return 200, {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [{"name": "apps", "versions": [apps], "preferredVersion": apps}],
+            }
+        if parts == ["apis", "apps", "v1"]:
+            return 200, {
+                "kind": "APIResourceList",
+                "groupVersion": "apps/v1",
+                "resources": [
+                    {
+                        "name": "daemonsets",
+                        "singularName": "daemonset",
+                        "namespaced": True,
+                        "kind": "DaemonSet",
+                        "verbs": ["get", "list"],
+                    }
+                ],
+            }
+        if parts[:4] == ["apis", "apps", "v1", "namespaces"] and parts[5:] == ["daemonsets"]:
+            items = (
+                [self.daemonset()] if self.plugin_deployed and parts[4] == PLUGIN_NAMESPACE else []
+            )
+            return 200, {
+                "kind": "DaemonSetList",
+                "apiVersion": "apps/v1",
+                "metadata": {"resourceVersion": "1"},
+                "items": items,
+            }
         if parts == ["api", "v1"]:
             verbs = ["get", "list", "patch", "delete", "update", "create", "watch"]
             return 200, {

@@ -15,14 +15,24 @@ import simnode
 
 REPO = Path(__file__).resolve().parents[4]
 ROLE = REPO / "roles" / "mig_node"
-COLLECTIONS = REPO / ".venv" / "collections"
+# The venv under test is the one running pytest: its ansible-playbook, and its collections
+# directory (the link to this repository) when it has one, as tests/tools/floor_test.sh sets up.
 BIN = Path(sys.executable).parent
+_VENV_COLLECTIONS = Path(sys.prefix) / "collections"
+COLLECTIONS = (
+    _VENV_COLLECTIONS
+    if (_VENV_COLLECTIONS / "ansible_collections" / "hygon" / "dcu").exists()
+    else REPO / ".venv" / "collections"
+)
+# The node's interpreter (ansible_python_interpreter); floor_test.sh sets it to the oldest
+# Python the role claims for nodes.
+NODE_PYTHON = os.environ.get("HYGON_DCU_NODE_PYTHON", sys.executable)
 RECAP = re.compile(
     r"^localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M
 )
 
 
-def ansible_env() -> dict[str, str]:
+def ansible_env(show_custom_stats: bool = True) -> dict[str, str]:
     return {
         **os.environ,
         "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
@@ -31,7 +41,7 @@ def ansible_env() -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_SHOW_CUSTOM_STATS": "1",
+        "ANSIBLE_SHOW_CUSTOM_STATS": "1" if show_custom_stats else "0",
         "ANSIBLE_PIPELINING": "1",
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
@@ -58,23 +68,30 @@ def run_playbook(
     playbook: str,
     *args: str,
     extra_vars: dict[str, Any] | None = None,
+    inventory: str = "localhost,",
+    show_custom_stats: bool = True,
 ) -> PlaybookRun:
     """``ansible-playbook hygon.dcu.<playbook> -i localhost, -c local ARGS -e EXTRA_VARS``."""
     argv = [
         str(BIN / "ansible-playbook"),
         f"hygon.dcu.{playbook}",
         "-i",
-        "localhost,",
+        inventory,
         "-c",
         "local",
         "-e",
-        f"ansible_python_interpreter={sys.executable}",
+        f"ansible_python_interpreter={NODE_PYTHON}",
         *args,
     ]
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
     proc = subprocess.run(
-        argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO, check=False
+        argv,
+        capture_output=True,
+        text=True,
+        env=ansible_env(show_custom_stats),
+        cwd=REPO,
+        check=False,
     )
     output = proc.stdout + proc.stderr
     recap = RECAP.search(output)

@@ -154,6 +154,11 @@ def test_an_instance_held_during_disable_is_reported_and_kept(
     assert "NODE STATE: partition mode enabled" in message
     assert "1 instance(s) remain" in message
     assert instance.uuid in message
+    assert "still in use after 2 s" in message
+    # One pass per poll, each printed.
+    assert (
+        run.output.count("FAILED - RETRYING: [localhost]: Destroy every instance on the node") == 2
+    )
     assert sim_node.status().mode == 1
     assert [ci.uuid for ci in sim_node.status().compute_instances] == [instance.uuid]
 

@@ -4,6 +4,8 @@ syntax, ansible-lint (production profile), the argument spec against the default
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,9 +17,9 @@ from .runner import BIN, REPO, ROLE, ansible_env
 
 PLAYBOOKS = [
     REPO / "playbooks" / f"{name}.yml"
-    for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge")
+    for name in ("enable_mig", "disable_mig", "reboot_recovery", "converge", "label_nodes")
 ]
-ENTRY_POINTS = {"main", "enable", "disable", "recover"}
+ENTRY_POINTS = {"main", "enable", "disable", "recover", "label"}
 
 
 def run(argv: list[str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -102,7 +104,9 @@ def test_execution_environment_definition_is_accepted_by_ansible_builder(
     requirements = yaml.safe_load(
         (tmp_path / "context" / "_build" / "requirements.yml").read_text()
     )
-    assert [c["name"] for c in requirements["collections"]] == ["kubernetes.core"]
+    # The EE carries exactly the collections galaxy.yml declares.
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
+    assert [c["name"] for c in requirements["collections"]] == list(galaxy["dependencies"])
 
 
 @pytest.mark.parametrize("scenario", ["default", "cluster"])
@@ -127,17 +131,50 @@ def test_the_documented_awx_setup_is_a_valid_playbook(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_the_documented_survey_asks_only_for_role_inputs() -> None:
+SURVEYS = sorted((REPO / "awx" / "surveys").glob("*.json"))
+PLAYBOOK_INPUTS = {"target", "hygon_dcu_serial"}
+
+
+def test_there_is_a_survey_for_every_node_playbook() -> None:
+    assert {path.stem for path in SURVEYS} == {
+        "enable_mig",
+        "disable_mig",
+        "reboot_recovery",
+        "converge",
+        "label_nodes",
+    }
+
+
+@pytest.mark.parametrize("survey", SURVEYS, ids=lambda path: path.stem)
+def test_a_survey_asks_only_for_inputs_with_their_documented_defaults(survey: Path) -> None:
+    spec = json.loads(survey.read_text())
+    assert (REPO / "playbooks" / f"{survey.stem}.yml").is_file()
+    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"][
+        "enable"
+    ]["options"]
+    questions = {question["variable"]: question for question in spec["spec"]}
+    assert set(questions) - PLAYBOOK_INPUTS <= set(options)
+    assert "target" in questions
+    assert questions["target"]["required"] is (survey.stem != "converge")
+    for name, question in questions.items():
+        assert question["type"] in {"text", "integer", "multiplechoice"}, name
+        if name in options:
+            expected = options[name]["default"]
+            assert str(question["default"]).lower() == str(expected).lower(), name
+
+
+def test_the_documented_awx_setup_reads_the_shipped_surveys() -> None:
     plays = yaml.safe_load(awx_setup_playbook())
-    (template,) = [
+    templates = [
         task["awx.awx.job_template"] for task in plays[0]["tasks"] if "awx.awx.job_template" in task
     ]
-    assert (REPO / template["playbook"]).is_file()
-    asked = {question["variable"] for question in template["survey_spec"]["spec"]}
-    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
-    playbook_inputs = {"target", "hygon_dcu_serial"}
-    assert asked - playbook_inputs <= set(specs["enable"]["options"])
-    assert "target" in asked
+    assert plays[0]["vars"]["surveys"].endswith("/ansible_collections/hygon/dcu/awx/surveys")
+    (template,) = templates
+    assert (
+        "lookup('ansible.builtin.file', surveys ~ '/' ~ item ~ '.json')" in template["survey_spec"]
+    )
+    looped = {path.stem for path in SURVEYS}
+    assert set(plays[0]["tasks"][-1]["loop"]) == looped
 
 
 def test_collection_dependency_declaration_points_at_real_files() -> None:
@@ -146,3 +183,14 @@ def test_collection_dependency_declaration_points_at_real_files() -> None:
     declaration = yaml.safe_load((REPO / "meta" / "execution-environment.yml").read_text())
     for kind, relative in declaration["dependencies"].items():
         assert (REPO / relative).is_file(), (kind, relative)
+
+
+def test_every_collection_the_roles_and_playbooks_use_is_a_declared_dependency() -> None:
+    used = set()
+    for path in [*REPO.glob("roles/*/tasks/*.yml"), *REPO.glob("playbooks/**/*.yml")]:
+        for match in re.finditer(r"^\s*-?\s*([a-z_]+\.[a-z_]+)\.[a-z_]+:", path.read_text(), re.M):
+            used.add(match.group(1))
+    used -= {"ansible.builtin", "hygon.dcu"}
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
+    assert used, "no collection found: the pattern is wrong"
+    assert used <= set(galaxy["dependencies"]), used - set(galaxy["dependencies"])

@@ -1,0 +1,61 @@
+"""deploy_device_plugin on the real cluster: the DaemonSet serves the simulated node.
+
+Leaves: the runtime deployed, the node in whole-card mode (the simulator starts with the mode
+off), the plugin Ready.
+"""
+
+from __future__ import annotations
+
+from e2e_support import (
+    NAMESPACE,
+    WHOLE_CARD,
+    Kube,
+    Playbooks,
+    SimNode,
+    recap_changed,
+    wait_for,
+)
+
+
+def test_node_labelled_for_the_daemonset(kube: Kube) -> None:
+    kube.run("label", "node", kube.node, "hygon.com/dcu.present=true", "--overwrite")
+    labels = kube.node_object()["metadata"]["labels"]
+    assert labels.get("hygon.com/dcu.present") == "true"
+
+
+def test_deploy_twice_second_run_changes_nothing(
+    kube: Kube, playbooks: Playbooks, cluster_sim: SimNode
+) -> None:
+    first = playbooks.run("hygon.dcu.deploy_device_plugin", "-e", f"hygon_dcu_api_host={kube.node}")
+    assert recap_changed(first.stdout) > 0, first.stdout[-3000:]
+    second = playbooks.run(
+        "hygon.dcu.deploy_device_plugin", "-e", f"hygon_dcu_api_host={kube.node}"
+    )
+    assert recap_changed(second.stdout) == 0, second.stdout[-6000:]
+
+
+def test_plugin_and_webhook_ready(kube: Kube) -> None:
+    wait_for("a Ready device-plugin pod", kube.ready_plugin_pod, 180)
+    deployments = kube.json("get", "deployments", "-n", NAMESPACE)["items"]
+    assert deployments, "no webhook Deployment"
+    for deployment in deployments:
+        name = deployment["metadata"]["name"]
+        wait_for(
+            f"Deployment {name} available",
+            lambda name=name: (
+                kube.json("get", "deployment", "-n", NAMESPACE, name)
+                .get("status", {})
+                .get("availableReplicas", 0)
+                >= 1
+            ),
+            180,
+        )
+
+
+def test_whole_cards_advertised_with_the_mode_off(kube: Kube, cluster_sim: SimNode) -> None:
+    assert not cluster_sim.mode_on()
+    wait_for(
+        f"{WHOLE_CARD} = 2 on the node",
+        lambda: kube.allocatable().get(WHOLE_CARD) == "2",
+        120,
+    )

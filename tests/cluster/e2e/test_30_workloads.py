@@ -1,0 +1,143 @@
+"""Real pods on a partition node: what the container sees, reclaim, refusals.
+
+Starts from whatever the molecule scenario left and enables partitioning itself (idempotent).
+Leaves: partition mode on, no workload pod, no instance.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from e2e_support import (
+    FAMILY,
+    WHOLE_CARD,
+    WORKLOAD_NAMESPACE,
+    Kube,
+    Playbooks,
+    SimNode,
+    granted_uuid,
+    partition_pod,
+    phase,
+    wait_for,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def partition_mode(kube: Kube, playbooks: Playbooks, workload_namespace: str) -> None:
+    playbooks.run("hygon.dcu.enable_mig", "-e", f"target={kube.node}")
+    wait_for(
+        "the partition resources on the node",
+        lambda: (
+            int(kube.allocatable().get(FAMILY, "0")) > 0
+            and kube.allocatable().get(WHOLE_CARD, "0") == "0"
+        ),
+        180,
+    )
+
+
+def probe_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("device ")]
+
+
+def test_container_sees_exactly_its_partition(kube: Kube, cluster_sim: SimNode) -> None:
+    kube.apply(partition_pod("probe-2g", profile="2g.15gb"))
+    wait_for("probe-2g Succeeded", lambda: phase(kube, "probe-2g") == "Succeeded", 180)
+    lines = probe_lines(kube.logs("probe-2g"))
+    assert len(lines) == 1, lines
+    assert "kind=partition" in lines[0]
+    assert "cu_count=20 memory_mib=16380" in lines[0], lines[0]
+    uuid = granted_uuid(kube, "probe-2g")
+    assert uuid and f"mig_uuid={uuid}" in lines[0], (uuid, lines[0])
+
+
+def test_completed_pod_instance_destroyed(kube: Kube, cluster_sim: SimNode) -> None:
+    uuid = granted_uuid(kube, "probe-2g")
+    assert uuid
+    wait_for(
+        "the completed pod's instance destroyed", lambda: uuid not in cluster_sim.live_uuids(), 60
+    )
+    kube.delete_pod("probe-2g")
+
+
+def test_two_containers_get_two_partitions(kube: Kube, cluster_sim: SimNode) -> None:
+    pod = partition_pod("probe-pair", profile="4g.31gb")
+    second = dict(pod["spec"]["containers"][0])
+    second["name"] = "second"
+    second["resources"] = {"limits": {FAMILY: "1", f"{FAMILY}.mig-2g.15gb": "1"}}
+    pod["spec"]["containers"].append(second)
+    kube.apply(pod)
+    wait_for("probe-pair Succeeded", lambda: phase(kube, "probe-pair") == "Succeeded", 180)
+    first_lines = probe_lines(
+        kube.run("logs", "-n", WORKLOAD_NAMESPACE, "probe-pair", "-c", "work").stdout
+    )
+    second_lines = probe_lines(
+        kube.run("logs", "-n", WORKLOAD_NAMESPACE, "probe-pair", "-c", "second").stdout
+    )
+    assert len(first_lines) == 1 and "cu_count=40 memory_mib=32760" in first_lines[0], first_lines
+    assert len(second_lines) == 1 and "cu_count=20 memory_mib=16380" in second_lines[0], (
+        second_lines
+    )
+    kube.delete_pod("probe-pair")
+    wait_for("no instance left", lambda: not cluster_sim.live_uuids(), 60)
+
+
+def test_deleted_pod_instance_destroyed(kube: Kube, cluster_sim: SimNode) -> None:
+    kube.apply(partition_pod("sleeper", command=["sh", "-c", "dcu-probe && sleep 3600"]))
+    wait_for("sleeper Running", lambda: phase(kube, "sleeper") == "Running", 180)
+    uuid = wait_for("sleeper's grant annotation", lambda: granted_uuid(kube, "sleeper"), 30)
+    assert uuid in cluster_sim.live_uuids()
+    kube.delete_pod("sleeper", wait=False)
+    wait_for(
+        "the deleted pod's instance destroyed", lambda: uuid not in cluster_sim.live_uuids(), 90
+    )
+
+
+def test_request_without_profile_refused_at_creation_with_the_fix(kube: Kube) -> None:
+    pod = partition_pod("no-profile")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {FAMILY: "1"}}
+    done = kube.apply(pod, check=False)
+    assert done.returncode != 0
+    assert f"{FAMILY}.mig-" in done.stderr, done.stderr
+    assert kube.pod("no-profile") is None
+
+
+def reclaim_delay(kube: Kube, cluster_sim: SimNode, name: str, uuid: str, event: str) -> float:
+    """Seconds between the event seen through the API and the instance gone from the driver."""
+    seen_at = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        pod = kube.pod(name)
+        now = time.monotonic()
+        if seen_at is None:
+            if (
+                event == "phase"
+                and pod is not None
+                and pod["status"].get("phase") in ("Succeeded", "Failed")
+            ):
+                seen_at = now
+            if event == "deletion" and (pod is None or pod["metadata"].get("deletionTimestamp")):
+                seen_at = now
+        if uuid not in cluster_sim.live_uuids():
+            return 0.0 if seen_at is None else time.monotonic() - seen_at
+        time.sleep(0.05)
+    pytest.fail(f"{name}'s instance {uuid} still exists 120 s later")
+
+
+def test_short_pods_reclaimed_at_the_event(
+    kube: Kube, cluster_sim: SimNode, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube.apply(partition_pod("short-complete", command=["sh", "-c", "dcu-probe && sleep 1"]))
+    uuid = wait_for("short-complete's grant", lambda: granted_uuid(kube, "short-complete"), 120)
+    completed = reclaim_delay(kube, cluster_sim, "short-complete", uuid, "phase")
+    kube.delete_pod("short-complete")
+
+    kube.apply(partition_pod("short-delete", command=["sh", "-c", "dcu-probe && sleep 3600"]))
+    uuid = wait_for("short-delete's grant", lambda: granted_uuid(kube, "short-delete"), 120)
+    time.sleep(1)
+    kube.delete_pod("short-delete", wait=False)
+    deleted = reclaim_delay(kube, cluster_sim, "short-delete", uuid, "deletion")
+    with capsys.disabled():
+        print(f"\nreclaim after completion: {completed:.2f} s; after deletion: {deleted:.2f} s")
+    assert completed <= 1.0, f"completed pod reclaimed {completed:.2f} s after its phase change"
+    assert deleted <= 1.0, f"deleted pod reclaimed {deleted:.2f} s after its deletion"

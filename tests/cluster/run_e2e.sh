@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The `cluster` stage: build (or reuse) Kubernetes, make sure the plugin image exists, bring the
+# cluster up, load the image, run tests/cluster/e2e, tear down and check nothing is left.
+#
+#   tests/cluster/run_e2e.sh [pytest args...]
+#
+# Environment: HYGON_DCU_TEST_IMAGE (default localhost/hygon-dcu-plugin:test), the image the
+# image stage builds; built here (podman's layer cache makes that quick) when it is missing.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+: "${HYGON_DCU_TEST_IMAGE:=localhost/hygon-dcu-plugin:test}"
+: "${CONTAINERS_CONF:=$repo/plugin_image/containers.conf}"
+export HYGON_DCU_TEST_IMAGE CONTAINERS_CONF
+
+timed() {
+    local name=$1 start=$SECONDS
+    shift
+    echo "[cluster-e2e] $name: start"
+    "$@"
+    echo "[cluster-e2e] $name: done ($((SECONDS - start))s)"
+}
+
+timed build tests/cluster/cluster.sh build
+make -s -C tests/simulator
+if ! podman image exists "$HYGON_DCU_TEST_IMAGE"; then
+    tests/image/install_tools.sh
+    timed image plugin_image/tools/build_image.sh --tag "$HYGON_DCU_TEST_IMAGE" \
+        --base "${HYGON_DCU_BASE_IMAGE:-local}"
+fi
+# The inner script expands its variables itself, inside the cluster environment.
+# shellcheck disable=SC2016
+timed e2e tests/cluster/cluster.sh run bash -c '
+    tests/cluster/cluster.sh load-image "$HYGON_DCU_TEST_IMAGE" &&
+    .venv/bin/pytest tests/cluster/e2e -p no:cacheprovider --timeout=2700 -v "$@"' e2e "$@"

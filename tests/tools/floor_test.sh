@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The role tests on the oldest ansible-core the collection declares (meta/runtime.yml's
+# requires_ansible floor) and the `ansible` package release that bundles it (for kubernetes.core
+# and community.crypto at their oldest supported versions): a venv of exactly that, then pytest.
+#   bash tests/tools/floor_test.sh [PYTEST_ARGS...]    (default: tests/unit/roles)
+# The venv is kept in .build/floor-venv and reused while the floor does not change.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$repo"
+log() { printf '[floor_test %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+core=$(sed -nE 's/^requires_ansible: *"?>= *([0-9]+\.[0-9]+\.[0-9]+)"?$/\1/p' meta/runtime.yml)
+[ -n "$core" ] || { log "meta/runtime.yml has no requires_ansible: \">=X.Y.Z\" floor"; exit 1; }
+minor=$(cut -d. -f2 <<<"$core")
+# ansible N.0.0 is the first release on ansible-core 2.(N+7): 11 on 2.18, 12 on 2.19.
+bundle="$((minor - 7)).0.0"
+venv="$repo/.build/floor-venv"
+stamp="ansible-core==$core ansible==$bundle"
+
+start=$SECONDS
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/floor" 2>/dev/null)" != "$stamp" ]; then
+  log "venv: $stamp into $venv"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  # What the role tests import besides Ansible (and ansible-lint / ansible-builder, which the
+  # static tests run), plus the runtime package's own dependencies for the device_plugin tests.
+  mapfile -t runtime_deps < <(python3 -c 'import tomllib, sys
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+    plugin_image/pyproject.toml)
+  "$venv/bin/pip" install -q --disable-pip-version-check \
+    "ansible-core==$core" "ansible==$bundle" \
+    pytest pytest-timeout pyyaml kubernetes kubernetes-validate cryptography cel-python \
+    ansible-lint ansible-builder "${runtime_deps[@]}" >"$venv/pip.log" 2>&1 \
+    || { grep -v "is ignored: it is neither" "$venv/pip.log"; log "pip install failed"; exit 1; }
+  "$venv/bin/python" -c "import ansible.release, sys; sys.exit(ansible.release.__version__ != sys.argv[1])" "$core" \
+    || { log "pip did not install ansible-core $core"; exit 1; }
+  echo "$stamp" >"$venv/floor"
+fi
+mkdir -p "$venv/collections/ansible_collections/hygon"
+ln -sfn "$repo" "$venv/collections/ansible_collections/hygon/dcu"
+log "venv ready ($((SECONDS - start))s): $("$venv/bin/ansible-playbook" --version | head -1)"
+
+# The oldest node Python the role claims (its preflight refuses older ones), found on PATH or
+# in pyenv's versions; the node-only role tests run with it as the node's interpreter.
+node_floor=$(sed -nE 's/^mig_node__min_python: *"?([0-9]+\.[0-9]+)"?$/\1/p' roles/mig_node/vars/main.yml)
+node_python=""
+for candidate in "$HOME"/.pyenv/versions/"$node_floor".*/bin/python"$node_floor" \
+                 "$(command -v "python$node_floor" || true)"; do
+  # A pyenv shim exists for every version but runs only the selected ones: try it.
+  if [ -x "$candidate" ] && "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, sys.argv[1].split("."))))' "$node_floor" 2>/dev/null; then
+    node_python=$candidate
+  fi
+done
+
+export PATH="$venv/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$venv/collections"
+failed=()
+# pytest from the floor venv: the role tests run that venv's ansible-playbook (runner.py).
+if [ $# -gt 0 ]; then
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 "$@" || failed+=("pytest $*")
+else
+  for tests in tests/unit/roles/mig_node tests/unit/roles/device_plugin; do
+    log "pytest $tests on ansible-core $core"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 "$tests" || failed+=("$tests")
+  done
+  if [ -z "$node_python" ]; then
+    log "no python$node_floor on PATH or in ~/.pyenv: the node Python floor $node_floor is unproven here"
+    failed+=("node Python $node_floor")
+  else
+    log "pytest test_sim_runs.py with node Python $node_python"
+    HYGON_DCU_NODE_PYTHON="$node_python" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
+      --timeout=900 tests/unit/roles/mig_node/test_sim_runs.py || failed+=("node Python $node_floor")
+  fi
+fi
+log "total $((SECONDS - start))s"
+if [ ${#failed[@]} -gt 0 ]; then
+  log "FAILED on the floor: ${failed[*]}"
+  exit 1
+fi
+log "ok: ansible-core $core / ansible $bundle${node_python:+, node Python $node_floor}"

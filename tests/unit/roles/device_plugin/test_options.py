@@ -1,0 +1,196 @@
+"""Options that change the manifests: simulated node, /opt/dtk, metrics, the config file's types."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hygon_dcu_plugin.config import settings_from
+
+from .render import RoleRun, run_role
+
+SIM_ROOT = "/var/lib/hygon-dcu-sim/node"
+SIM_LIBRARY_DIR = "/srv/hygon-dcu/tests/simulator/build"
+# The default ConfigMap, byte for byte: its hash is in the pod template, so any change (a
+# number rendered as a string by another ansible-core, a new key) rolls every plugin pod.
+DEFAULT_CONFIG = """device_plugin_dir: /var/lib/kubelet/device-plugins
+grace_seconds: 30.0
+health_address: 0.0.0.0:9410
+host_root: /
+lock_dir: /var/lib/hygon-dcu/locks
+log_level: info
+pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock
+policy: pack
+records_dir: /var/lib/hygon-dcu/records
+resync_seconds: 30.0
+"""
+
+
+def _config_text(run: RoleRun) -> str:
+    (content,) = run.find("ConfigMap")["data"].values()
+    return str(content)
+
+
+def _settings(run: RoleRun, tmp_path: Path) -> Any:
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(_config_text(run))
+    return settings_from(argparse.Namespace(config=str(config_file)))
+
+
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
+    run = run_role(
+        tmp_path_factory.mktemp("simulated") / "out",
+        hygon_dcu_device_plugin_simulated_node={"root": SIM_ROOT, "library_dir": SIM_LIBRARY_DIR},
+    )
+    assert run.returncode == 0, run.output
+    return run
+
+
+def test_config_types_are_the_same_on_every_ansible_core(default_render: RoleRun) -> None:
+    text = _config_text(default_render)
+    config = yaml.safe_load(text)
+    assert type(config["grace_seconds"]) is float
+    assert type(config["resync_seconds"]) is float
+    assert type(config["health_address"]) is str
+    assert text == DEFAULT_CONFIG
+
+
+def test_simulated_node_serves_the_simulator(
+    simulated: RoleRun, default_render: RoleRun, tmp_path: Path
+) -> None:
+    settings = _settings(simulated, tmp_path)
+    assert settings.host_root == SIM_ROOT
+    assert settings.answer_root == SIM_ROOT
+    assert settings.library_path == f"{SIM_LIBRARY_DIR}/libhydmi_mig.so.1"
+    spec = simulated.find("DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    assert {"name": "HYDMI_SIM_ROOT", "value": SIM_ROOT} in container["env"]
+    volumes = {volume["name"]: volume for volume in spec["volumes"]}
+    mounts = {
+        mount["mountPath"]: (volumes[mount["name"]]["hostPath"], mount.get("readOnly", False))
+        for mount in container["volumeMounts"]
+        if "hostPath" in volumes[mount["name"]]
+    }
+    # at their own paths: Allocate answers name them as host paths, and the root's library
+    # links point into the build directory
+    assert mounts[SIM_ROOT] == ({"path": SIM_ROOT, "type": "Directory"}, False)
+    assert mounts[SIM_LIBRARY_DIR] == ({"path": SIM_LIBRARY_DIR, "type": "Directory"}, True)
+    default_settings = _settings(default_render, tmp_path)
+    assert default_settings.host_root == default_settings.answer_root == "/"
+    assert default_settings.library_path is None
+
+
+def _without_simulation(obj: dict[str, Any]) -> dict[str, Any]:
+    obj = copy.deepcopy(obj)
+    if obj["kind"] == "ConfigMap":
+        config = yaml.safe_load(next(iter(obj["data"].values())))
+        obj["data"] = {key: config for key in obj["data"]}
+        for key in ("host_root", "answer_root", "library_path"):
+            config.pop(key, None)
+    if obj["kind"] == "DaemonSet":
+        template = obj["spec"]["template"]
+        template["metadata"]["annotations"].pop("hygon.com/config-sha256")
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        container["env"] = [e for e in container["env"] if e["name"] != "HYDMI_SIM_ROOT"]
+        simulated = {"simulated-node", "simulator-library"}
+        container["volumeMounts"] = [
+            m for m in container["volumeMounts"] if m["name"] not in simulated
+        ]
+        spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in simulated]
+    if obj["kind"] in ("Secret", "ValidatingWebhookConfiguration"):
+        return {"kind": obj["kind"]}  # a certificate of its own on every fresh render
+    return obj
+
+
+def test_simulated_node_changes_nothing_else(simulated: RoleRun, default_render: RoleRun) -> None:
+    # the manifests a test cluster runs are the ones a site gets
+    assert [_without_simulation(o) for o in simulated.objects()] == [
+        _without_simulation(o) for o in default_render.objects()
+    ]
+    assert simulated.find("DaemonSet") != default_render.find("DaemonSet")
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        {"root": "tmp/node", "library_dir": SIM_LIBRARY_DIR},
+        {"root": SIM_ROOT, "library_dir": "/srv/build/../build"},
+        {"root": SIM_ROOT + "/", "library_dir": SIM_LIBRARY_DIR},
+        {"root": SIM_ROOT},
+    ],
+)
+def test_simulated_node_paths_must_be_absolute_and_normalised(
+    render_dir: Path, node: dict[str, str]
+) -> None:
+    run = run_role(render_dir, hygon_dcu_device_plugin_simulated_node=node)
+    assert run.returncode != 0
+    assert "absolute, normalised paths" in run.output
+    assert not render_dir.exists()
+
+
+def _host_paths(run: RoleRun) -> dict[str, str]:
+    spec = run.find("DaemonSet")["spec"]["template"]["spec"]
+    return {
+        v["hostPath"]["path"]: v["hostPath"]["type"] for v in spec["volumes"] if "hostPath" in v
+    }
+
+
+def test_dtk_is_mounted_only_when_asked(render_dir: Path, default_render: RoleRun) -> None:
+    # optional on a node; never created by the role (an empty one would reach workloads as DTK)
+    assert "/opt/dtk" not in _host_paths(default_render)
+    run = run_role(render_dir, hygon_dcu_device_plugin_mount_dtk=True)
+    assert run.returncode == 0, run.output
+    assert _host_paths(run)["/opt/dtk"] == "Directory"
+
+
+def test_metrics_service_reaches_the_health_port(default_render: RoleRun) -> None:
+    service = default_render.find("Service", "hygon-dcu-device-plugin-metrics")
+    daemonset = default_render.find("DaemonSet")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == daemonset["spec"]["selector"]["matchLabels"]
+    (port,) = service["spec"]["ports"]
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert port["targetPort"] in [p["name"] for p in container["ports"]]
+    assert container["livenessProbe"]["httpGet"]["port"] == port["targetPort"]
+    assert not [o for o in default_render.objects() if o["kind"] == "ServiceMonitor"]
+
+
+def test_service_monitor_and_self_healing_when_asked(
+    render_dir: Path, default_render: RoleRun
+) -> None:
+    run = run_role(
+        render_dir,
+        hygon_dcu_device_plugin_service_monitor=True,
+        hygon_dcu_device_plugin_service_monitor_labels={"release": "prometheus"},
+        hygon_dcu_device_plugin_delete_pods_with_lost_partitions=True,
+    )
+    assert run.returncode == 0, run.output
+    monitor = run.find("ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert run.objects()[-1] == monitor  # after everything it scrapes
+    services = [o for o in run.objects() if o["kind"] == "Service"]
+    (selector,) = monitor["spec"]["selector"]["matchExpressions"]
+    for service in services:
+        assert service["metadata"]["labels"]["app.kubernetes.io/name"] in selector["values"]
+    by_port = {endpoint["port"]: endpoint for endpoint in monitor["spec"]["endpoints"]}
+    ports = {p["name"] for s in services for p in s["spec"]["ports"]}
+    assert set(by_port) <= ports
+    assert by_port["metrics"]["scheme"] == "http"
+    assert by_port["https"]["scheme"] == "https"
+    secret = run.find("Secret")
+    assert by_port["https"]["tlsConfig"]["ca"]["secret"] == {
+        "name": secret["metadata"]["name"],
+        "key": "ca.crt",
+    }
+    assert "ca.crt" in secret["data"]
+    # the opt-in self-healing key is written only when set, so the default file is unchanged
+    config = yaml.safe_load(_config_text(run))
+    assert config["delete_pods_with_lost_partitions"] is True
+    assert "delete_pods_with_lost_partitions" not in yaml.safe_load(_config_text(default_render))

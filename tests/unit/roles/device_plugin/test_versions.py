@@ -1,0 +1,161 @@
+"""What each Kubernetes version accepts: strict schemas for 1.28-1.37, the 1.20 API for 1.20,
+and the webhook's scope where the server has no matchConditions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from .conftest import RENDERED_VERSIONS
+from .render import RoleRun, run_role
+
+# Kubernetes v1.20.2's api/openapi-spec/swagger.json, cut to the definitions of the kinds the
+# role applies (kubernetes-validate ships schemas from 1.25 only).
+DEFINITIONS_1_20 = json.loads(
+    (Path(__file__).with_name("kubernetes_1_20_definitions.json")).read_text()
+)
+SCOPE_LABEL = "hygon.com/dcu.admission"
+
+
+def _fields_1_20_lacks(obj: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Every field of obj that the 1.20 definition does not declare (strict, like the API
+    server's "field not declared in schema"), recursively."""
+    if "$ref" in schema:
+        schema = DEFINITIONS_1_20["definitions"][schema["$ref"].rsplit("/", 1)[1]]
+    unknown: list[str] = []
+    if isinstance(obj, dict):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for key, value in obj.items():
+            if properties is not None and key in properties:
+                unknown += _fields_1_20_lacks(value, properties[key], f"{path}.{key}")
+            elif isinstance(additional, dict):
+                unknown += _fields_1_20_lacks(value, additional, f"{path}.{key}")
+            elif properties is not None or additional is False:
+                unknown.append(f"{path}.{key}")
+    elif isinstance(obj, list) and "items" in schema:
+        for index, value in enumerate(obj):
+            unknown += _fields_1_20_lacks(value, schema["items"], f"{path}[{index}]")
+    return unknown
+
+
+def _fields_missing_in_1_20(obj: dict[str, Any]) -> list[str]:
+    key = f"{obj['apiVersion']}/{obj['kind']}"
+    root = DEFINITIONS_1_20["roots"].get(key)
+    if root is None:
+        return [f"{key}: not served by Kubernetes 1.20"]
+    return _fields_1_20_lacks(obj, {"$ref": f"#/definitions/{root}"}, obj["kind"])
+
+
+@pytest.mark.parametrize("version", [v for v in RENDERED_VERSIONS if v != "1.20"])
+def test_rendering_validates_strictly_for_its_version(
+    renders_by_version: dict[str, RoleRun], version: str
+) -> None:
+    objects = renders_by_version[version].objects()
+    assert len(objects) == 12
+    for obj in objects:
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_1_20_rendering_has_only_fields_1_20_declares(
+    renders_by_version: dict[str, RoleRun],
+) -> None:
+    # Checks every object's apiVersion/kind is served by 1.20 and every field, at any depth,
+    # is declared by 1.20's OpenAPI definition of that kind (values are not checked).
+    for obj in renders_by_version["1.20"].objects():
+        assert _fields_missing_in_1_20(obj) == [], obj["kind"]
+
+
+def test_the_1_20_check_finds_what_1_20_lacks(renders_by_version: dict[str, RoleRun]) -> None:
+    # the newest rendering carries matchConditions and policy/v1, both unknown to 1.20
+    found = [
+        missing
+        for obj in renders_by_version["1.37"].objects()
+        for missing in _fields_missing_in_1_20(obj)
+    ]
+    assert found == [
+        "policy/v1/PodDisruptionBudget: not served by Kubernetes 1.20",
+        "ValidatingWebhookConfiguration.webhooks[0].matchConditions",
+    ]
+
+
+def _webhook(run: RoleRun) -> dict[str, Any]:
+    (webhook,) = run.find("ValidatingWebhookConfiguration")["webhooks"]
+    assert webhook["failurePolicy"] == "Fail"
+    return webhook  # type: ignore[no-any-return]
+
+
+def test_pod_disruption_budget_version(renders_by_version: dict[str, RoleRun]) -> None:
+    versions = {
+        version: run.find("PodDisruptionBudget")["apiVersion"]
+        for version, run in renders_by_version.items()
+    }
+    assert versions == {
+        "1.20": "policy/v1beta1",
+        "1.28": "policy/v1",
+        "1.31": "policy/v1",
+        "1.34": "policy/v1",
+        "1.37": "policy/v1",
+    }
+
+
+def test_match_conditions_only_where_they_are_ga(renders_by_version: dict[str, RoleRun]) -> None:
+    for version, run in renders_by_version.items():
+        webhook = _webhook(run)
+        selector = webhook["namespaceSelector"]["matchExpressions"]
+        if version in ("1.20", "1.28"):
+            # nothing tells a partition pod from another before the call: opt-in namespaces only
+            assert "matchConditions" not in webhook, version
+            assert selector[0] == {"key": SCOPE_LABEL, "operator": "In", "values": ["enabled"]}
+        else:
+            assert [c["name"] for c in webhook["matchConditions"]] == ["requests-hygon-resource"]
+            assert selector[0] == {
+                "key": SCOPE_LABEL,
+                "operator": "NotIn",
+                "values": ["excluded"],
+            }
+
+
+def test_namespace_exclusion_without_the_name_label(
+    renders_by_version: dict[str, RoleRun],
+) -> None:
+    for version, run in renders_by_version.items():
+        selector = _webhook(run)["namespaceSelector"]["matchExpressions"]
+        by_name = [e for e in selector if e["key"] == "kubernetes.io/metadata.name"]
+        # the role's own namespace is excluded by a label it sets, on every version
+        namespace = run.find("Namespace")
+        assert namespace["metadata"]["labels"][SCOPE_LABEL] == "excluded"
+        if version == "1.20":
+            # a NotIn on a label no namespace has would match them all
+            assert by_name == []
+        else:
+            assert by_name == [
+                {
+                    "key": "kubernetes.io/metadata.name",
+                    "operator": "NotIn",
+                    "values": ["hygon-dcu-system"],
+                }
+            ]
+
+
+def test_removal_uses_the_servers_pdb_version(render_dir: Path) -> None:
+    run = run_role(
+        render_dir, hygon_dcu_device_plugin_state="absent", hygon_dcu_kubernetes_version="1.20"
+    )
+    assert run.returncode == 0, run.output
+    removal = yaml.safe_load((render_dir / "removal.yaml").read_text())
+    (pdb,) = [item for item in removal if item["kind"] == "PodDisruptionBudget"]
+    assert pdb["api_version"] == "policy/v1beta1"
+
+
+@pytest.mark.parametrize("version", ["1.19", "1", "v2.0", "1.30x"])
+def test_unsupported_or_malformed_version_is_refused(render_dir: Path, version: str) -> None:
+    run = run_role(render_dir, hygon_dcu_kubernetes_version=version)
+    assert run.returncode != 0
+    assert "the role supports Kubernetes 1.20 and newer" in run.output
+    assert not render_dir.exists()
