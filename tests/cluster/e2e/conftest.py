@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2e_support import (
+    HOST_HYHAL,
     PLUGIN_IMAGE,
     REPO,
     SIM_ROOT,
@@ -48,7 +49,13 @@ def cluster_sim() -> Iterator[SimNode]:
         shutil.rmtree(SIM_ROOT)
     SIM_ROOT.parent.mkdir(parents=True, exist_ok=True)
     simnode.init(str(SIM_ROOT), model="c3000-bw", cards=2)
+    # The DaemonSet a site gets mounts the host's /opt/hyhal (type Directory) even when it serves
+    # a simulated node; the plugin itself reads the simulator's copy under the node's root.
+    made_hyhal = not HOST_HYHAL.exists()
+    HOST_HYHAL.mkdir(parents=True, exist_ok=True)
     yield SimNode(SIM_ROOT, simnode)
+    if made_hyhal:
+        HOST_HYHAL.rmdir()
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +112,18 @@ def playbooks(
 
 @pytest.fixture(scope="session")
 def workload_namespace(kube: Kube) -> str:
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": WORKLOAD_NAMESPACE}})
+    # Before 1.30 the webhook checks only namespaces that opt in with this label
+    # (roles/device_plugin/README.md); from 1.30 its matchConditions select the pods instead.
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {
+                "name": WORKLOAD_NAMESPACE,
+                "labels": {"hygon.com/dcu.admission": "enabled"},
+            },
+        }
+    )
     # The namespace's default ServiceAccount appears a moment after the namespace.
     wait_for(
         "the e2e namespace's default ServiceAccount",

