@@ -631,7 +631,7 @@ def test_promql_references(
 ) -> None:
     refs = references(expr)
     assert refs.metrics == metrics
-    assert {k: v for k, v in refs.selector_labels.items()} == selector
+    assert dict(refs.selector_labels) == selector
     assert refs.grouping_labels == grouping
 
 

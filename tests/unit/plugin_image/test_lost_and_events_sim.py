@@ -48,7 +48,7 @@ def test_a_running_pod_whose_partition_is_gone_gets_a_warning_and_a_metric(
     metric = harness.runtime.metrics.lost_partitions
     assert metric.value(namespace="default", pod="a") == 1
     # Default: nobody deletes the pod; the next passes do not repeat the event.
-    for _ in range(2):
+    for _pass in range(2):
         assert harness.reclaimer.run_pass().lost == [record.uuid]
     assert harness.kube.deleted_by_plugin == []
     assert len(lost_events(harness, "a")) == 1
@@ -85,7 +85,7 @@ def test_an_unreadable_conf_is_not_a_lost_grant(bw_node: simnode.SimNode, short_
     harness.admit("a")
     (record,) = harness.runtime.store.load()
     Path(harness.node.host_path(record.conf_path)).write_text("garbage\n")
-    for _ in range(2):
+    for _pass in range(2):
         assert harness.reclaimer.run_pass().lost == []
     assert harness.kube.deleted_by_plugin == []
     assert len(harness.node.instances()) == 1
@@ -123,7 +123,7 @@ def test_events_are_deduplicated_and_rate_limited() -> None:
     kube = FakeKube()
     events = PodEvents(kube, repeat_seconds=600.0, per_minute=3, clock=lambda: now[0])
     pod = PodRef("ns", "p", "uid-1")
-    for _ in range(5):
+    for _pass in range(5):
         events.emit(pod, WARNING, "PartitionLost", "x")
     now[0] = 601.0
     events.emit(pod, WARNING, "PartitionLost", "x")  # the repeat window passed

@@ -118,7 +118,7 @@ class Scene:
 
     def passes_keep_everything(self, caplog: pytest.LogCaptureFixture, where: str) -> None:
         caplog.clear()
-        for _ in range(PASSES):
+        for _pass in range(PASSES):
             report = self.harness.reclaimer.run_pass()
             assert report.orphans == [] and report.destroyed == []
             assert self.gpu_instances() == self.partitions
@@ -213,6 +213,6 @@ def test_an_instance_at_a_claimed_gpu_instance_is_never_an_orphan(harness: Harne
         record.card_index, profile.id, record.placement_start
     )
     assert theirs.gpu_instance_id == record.gpu_instance_id and theirs.uuid != record.uuid
-    for _ in range(PASSES):
+    for _pass in range(PASSES):
         assert harness.reclaimer.run_pass().orphans == []
     assert [i.uuid for i in harness.node.instances(record.card_index)] == [theirs.uuid]

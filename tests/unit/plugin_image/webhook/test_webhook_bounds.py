@@ -252,8 +252,8 @@ def test_connections_over_the_cap_are_closed_at_once_and_the_server_recovers(
     cap = 4
     with serving(tmp_path, authority, max_connections=cap) as running:
         # Plain TCP connections that never start a handshake: each holds a slot.
-        holders = [socket.create_connection(("127.0.0.1", running.port)) for _ in range(cap)]
-        extra = [socket.create_connection(("127.0.0.1", running.port)) for _ in range(3)]
+        holders = [socket.create_connection(("127.0.0.1", running.port)) for _slot in range(cap)]
+        extra = [socket.create_connection(("127.0.0.1", running.port)) for _slot in range(3)]
         try:
             for connection in extra:
                 # Without the cap, each would wait here for the 10 s handshake timeout.
