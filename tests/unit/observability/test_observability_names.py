@@ -24,7 +24,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -40,7 +39,7 @@ import yaml
 from fake_apiserver import FakeApiServer
 from hygon_dcu_plugin.vocabulary import FAMILY
 from kubelet_emulator import KubeletEmulator
-from plugin_harness import make_node
+from plugin_harness import make_node, serve_argv
 from webhook_pod_cases import container, pod
 from webhook_support import admission_review, make_authority, serving
 
@@ -408,39 +407,6 @@ def wait_until(predicate: Any, timeout: float = 60.0) -> bool:
     return False
 
 
-def plugin_argv(sim: simnode.SimNode, state: Path, api: Any, kubelet: Any, port: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hygon_dcu_plugin",
-        "serve",
-        "--host-root",
-        str(sim.root),
-        "--answer-root",
-        str(sim.root),
-        "--library-path",
-        str(simnode.LIB_PATH),
-        "--device-plugin-dir",
-        kubelet.plugin_dir,
-        "--pod-resources-socket",
-        kubelet.pod_resources_socket,
-        "--records-dir",
-        str(state / "records"),
-        "--lock-dir",
-        str(state / "locks"),
-        "--kubeconfig",
-        str(api.kubeconfig(state / "kubeconfig")),
-        "--node-name",
-        "node-1",
-        "--grace-seconds",
-        "0",
-        "--resync-seconds",
-        "0.3",
-        "--health-address",
-        f"127.0.0.1:{port}",
-    ]
-
-
 def scrape_plugin(tmp: Path) -> str:
     """One granted and one refused Allocate through gRPC, then the plugin's /metrics."""
     simnode.build()
@@ -458,7 +424,7 @@ def scrape_plugin(tmp: Path) -> str:
         ),
     }
     process = subprocess.Popen(
-        plugin_argv(sim, short, api, kubelet, port),
+        serve_argv(sim, short, api.kubeconfig(short / "kubeconfig"), kubelet, port),
         env=env,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,

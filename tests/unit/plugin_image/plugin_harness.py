@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import simnode
@@ -103,6 +105,43 @@ def settings_for(sim: simnode.SimNode, state: Path, **overrides: object) -> Sett
         node_name="node-1",
     )
     return Settings(**{**base.__dict__, **overrides})
+
+
+def serve_argv(
+    sim: simnode.SimNode, state: Path, api_kubeconfig: Path, kubelet: Any, health_port: int
+) -> list[str]:
+    """`hygon-dcu-plugin serve` as a real process against the simulated node, the kubelet
+    emulator and a fake API server (its kubeconfig)."""
+    return [
+        sys.executable,
+        "-m",
+        "hygon_dcu_plugin",
+        "serve",
+        "--host-root",
+        str(sim.root),
+        "--answer-root",
+        str(sim.root),
+        "--library-path",
+        str(simnode.LIB_PATH),
+        "--device-plugin-dir",
+        kubelet.plugin_dir,
+        "--pod-resources-socket",
+        kubelet.pod_resources_socket,
+        "--records-dir",
+        str(state / "records"),
+        "--lock-dir",
+        str(state / "locks"),
+        "--kubeconfig",
+        str(api_kubeconfig),
+        "--node-name",
+        "node-1",
+        "--grace-seconds",
+        "0",
+        "--resync-seconds",
+        "0.3",
+        "--health-address",
+        f"127.0.0.1:{health_port}",
+    ]
 
 
 class Harness:

@@ -23,6 +23,7 @@ from fake_apiserver import FakeApiServer
 from hygon_dcu_plugin.cli import KILL_AT_ENV
 from hygon_dcu_plugin.vocabulary import FAMILY
 from kubelet_emulator import KubeletEmulator
+from plugin_harness import serve_argv
 
 REPO = Path(__file__).resolve().parents[3]
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
@@ -40,36 +41,7 @@ class Plugin:
         self, sim: simnode.SimNode, state: Path, api: FakeApiServer, kubelet: KubeletEmulator
     ) -> None:
         self.port = free_port()
-        self.argv = [
-            sys.executable,
-            "-m",
-            "hygon_dcu_plugin",
-            "serve",
-            "--host-root",
-            str(sim.root),
-            "--answer-root",
-            str(sim.root),
-            "--library-path",
-            str(simnode.LIB_PATH),
-            "--device-plugin-dir",
-            kubelet.plugin_dir,
-            "--pod-resources-socket",
-            kubelet.pod_resources_socket,
-            "--records-dir",
-            str(state / "records"),
-            "--lock-dir",
-            str(state / "locks"),
-            "--kubeconfig",
-            str(api.kubeconfig(state / "kubeconfig")),
-            "--node-name",
-            "node-1",
-            "--grace-seconds",
-            "0",
-            "--resync-seconds",
-            "0.3",
-            "--health-address",
-            f"127.0.0.1:{self.port}",
-        ]
+        self.argv = serve_argv(sim, state, api.kubeconfig(state / "kubeconfig"), kubelet, self.port)
         self.env = {
             **sim.env(),
             "PYTHONPATH": os.pathsep.join(
