@@ -16,22 +16,22 @@ minor=$(cut -d. -f2 <<<"$core")
 # ansible N.0.0 is the first release on ansible-core 2.(N+7): 11 on 2.18, 12 on 2.19.
 bundle="$((minor - 7)).0.0"
 venv="$repo/.build/floor-venv"
-stamp="ansible-core==$core ansible==$bundle"
+stamp="ansible-core==$core ansible==$bundle pytest-xdist"
 
 start=$SECONDS
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/floor" 2>/dev/null)" != "$stamp" ]; then
   log "venv: $stamp into $venv"
   rm -rf "$venv"
   python3 -m venv "$venv"
-  # What the role tests import besides Ansible (and ansible-lint / ansible-builder, which the
+  # What the role tests import besides Ansible (and ansible-builder, which the
   # static tests run), plus the runtime package's own dependencies for the device_plugin tests.
   mapfile -t runtime_deps < <(python3 -c 'import tomllib, sys
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
     plugin_image/pyproject.toml)
   "$venv/bin/pip" install -q --disable-pip-version-check \
     "ansible-core==$core" "ansible==$bundle" \
-    pytest pytest-timeout pyyaml kubernetes kubernetes-validate cryptography cel-python \
-    ansible-lint ansible-builder "${runtime_deps[@]}" >"$venv/pip.log" 2>&1 \
+    pytest pytest-timeout pytest-xdist pyyaml kubernetes kubernetes-validate cryptography cel-python \
+    ansible-builder "${runtime_deps[@]}" >"$venv/pip.log" 2>&1 \
     || { grep -v "is ignored: it is neither" "$venv/pip.log"; log "pip install failed"; exit 1; }
   "$venv/bin/python" -c "import ansible.release, sys; sys.exit(ansible.release.__version__ != sys.argv[1])" "$core" \
     || { log "pip did not install ansible-core $core"; exit 1; }
@@ -57,11 +57,11 @@ export PATH="$venv/bin:$PATH" ANSIBLE_COLLECTIONS_PATH="$venv/collections"
 failed=()
 # pytest from the floor venv: the role tests run that venv's ansible-playbook (runner.py).
 if [ $# -gt 0 ]; then
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 "$@" || failed+=("pytest $*")
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 -n 2 "$@" || failed+=("pytest $*")
 else
   for tests in tests/unit/roles/mig_node tests/unit/roles/device_plugin; do
     log "pytest $tests on ansible-core $core"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 "$tests" || failed+=("$tests")
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 -n 2 "$tests" || failed+=("$tests")
   done
   if [ -z "$node_python" ]; then
     log "no python$node_floor on PATH or in ~/.pyenv: the node Python floor $node_floor is unproven here"

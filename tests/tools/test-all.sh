@@ -65,6 +65,7 @@ sync_workspace() {
 }
 
 generated_current() {
+  "$py" plugin_image/tools/generate_role_vocabulary.py --check || return 1
   "$py" plugin_image/tools/generate_stubs.py --check
 }
 
@@ -91,7 +92,8 @@ yamllint_check() {
 }
 
 pytest_run() {
-  pytest -q -p no:cacheprovider --timeout=600
+  # Two workers keep both cores busy; work stealing evens out the long role tests.
+  pytest -q -p no:cacheprovider --timeout=600 -n 2 --dist worksteal
   local rc=$?
   [ $rc -eq 5 ] && log "pytest collected no tests: that is a failure"
   return $rc

@@ -26,25 +26,48 @@ from .advertise import free_capacity
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .events import NORMAL, WARNING, PodEvents
 from .identify import Target, identify
-from .kube import KubeApi, KubeApiError, Pod
+from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from .locks import Locks
 from .metrics import Metrics
 from .placement import PACK, CardView, choose
 from .podresources import PodLister, PodResourcesError
 from .records import Record, RecordStore
+from .request import ProfileRequest, Reason, RefusedRequest, parse_container
 from .response import partition_response, under, whole_card_response
-from .vocabulary import (
-    FAMILY,
-    PROFILE_PREFIX,
-    WHOLE_CARD,
-    RequestRefused,
-    annotation_key,
-    requested_profile,
-)
+from .shown import shorten
+from .vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD, RequestRefused, annotation_key
 
 log = logging.getLogger(__name__)
 
 Checkpoint = Callable[[str], None]
+
+# The reason label of hygon_dcu_allocation_failures_total (and the gRPC code, see
+# service.REFUSAL_CODES) is older than the request model and coarser: these two keep their
+# labels, every other request reason counts as bad_request.
+_FAILURE_LABELS = {Reason.FAMILY_WITHOUT_PROFILE: "no_profile", Reason.TWO_PROFILES: "two_profiles"}
+
+
+def profile_for(container: ContainerSpec) -> str:
+    """The profile the container's limits ask for, or RequestRefused with the request model's
+    reason and message.
+
+    The admission webhook refuses the same containers up front with the same model; reading
+    again here keeps a pod created while the webhook was down from getting a half-right
+    partition.
+    """
+    request = parse_container(container.name, container.limits)
+    if isinstance(request, ProfileRequest):
+        return request.profile
+    if isinstance(request, RefusedRequest):
+        raise RequestRefused(
+            _FAILURE_LABELS.get(request.reason, "bad_request"),
+            request.message(),
+            request_reason=request.reason,
+        )
+    # identify() serves only containers whose limits name the family, so this is a bug.
+    raise RequestRefused(
+        "bad_request", f'container "{shorten(container.name)}" requests no partition'
+    )
 
 
 def card_views(cards: Sequence[Card]) -> list[CardView]:
@@ -175,7 +198,7 @@ class Allocator:
         try:
             if target.reuse is not None:
                 return self._answer_again(target, target.reuse, device_ids)
-            profile_name = requested_profile(target.container.name, target.container.limits)
+            profile_name = profile_for(target.container)
             return self._create(target, profile_name, device_ids)
         except RequestRefused as refused:
             self.events.emit(

@@ -1,10 +1,13 @@
 """Reclaim: destroy partitions whose pods are done, and everything nobody owns.
 
 Runs on every pod event and on a periodic resync. A record is reclaimed at once when its pod
-has reached a terminal phase, the watch saw it deleted, or its name now has another uid. The
-grace period protects only a record whose pod the API server does not show (yet). Destroy is
-uuid-guarded (a reused id is someone else's instance and is never destroyed); IN_USE is
-retried on the next pass. Poison directories are swept out of ci/.
+has reached a terminal phase, its deletion has started, the watch saw it deleted, or its name
+now has another uid. A pod in its termination grace may still run: the driver refuses to
+destroy an instance a process holds (IN_USE), so a workload still using its partition keeps it
+and the next pass (the pod's next status change) retries; that wait is expected and reported
+only once the pod has stopped. The grace period protects only a record whose pod the API server
+does not show (yet). Destroy is uuid-guarded (a reused id is someone else's instance and is
+never destroyed). Poison directories are swept out of ci/.
 
 Orphan collection fails closed (docs/dev/runtime.md): an instance is collected only when the
 driver state and every record agree nobody owns it, after re-reading the records under the
@@ -199,8 +202,10 @@ class Reclaimer:
             return None, None
         if pod is not None and pod.uid != record.pod_uid:
             return "pod replaced by another of the same name", None
+        if pod is not None and pod.terminal:
+            return f"pod {pod.phase}", pod
         if pod is not None:
-            return (f"pod {pod.phase}", pod) if pod.terminal else (None, pod)
+            return ("pod deletion started", pod) if pod.deleting else (None, pod)
         if self._seen_deleted(record.pod_uid):
             return "pod deleted", None
         if time.time() - record.created_at < self.grace_seconds:
@@ -260,6 +265,8 @@ class Reclaimer:
                     "partition still in use; retrying next pass",
                     extra={"uuid": record.uuid, "pod": record.pod_key},
                 )
+                if pod is not None and pod.deleting and not pod.terminal:
+                    return  # its containers may still be stopping: not stuck (yet)
                 self.events.emit(
                     PodRef(record.namespace, record.pod_name, record.pod_uid),
                     WARNING,

@@ -1,11 +1,18 @@
-"""Kubernetes resource names served by the plugin and how a pod's limits map onto them."""
+"""Kubernetes resource names served by the plugin, and the names it writes.
+
+How a container's limits map onto these names is read in one place: ``request.py``.
+"""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-WHOLE_CARD = "hygon.com/dcu"
+if TYPE_CHECKING:
+    from .request import Reason
+
+VENDOR_PREFIX = "hygon.com/"
+WHOLE_CARD = VENDOR_PREFIX + "dcu"
 # Never served here; listed so nobody reuses the name for something else.
 SLICED = "hygon.com/dcu.sliced"
 FAMILY = "hygon.com/dcu.partitioned"
@@ -16,13 +23,27 @@ ANNOTATION_PREFIX = "hygon.com/dcu.partition."
 _KEY_NAME_MAX = 63
 ENV_VISIBLE_DEVICE = "DMI_MIG_VISIBLE_DEVICE"
 
+# Names the roles set and select on; the plugin itself never reads them. They live here so the
+# roles' copies are generated from one place (plugin_image/tools/generate_role_vocabulary.py).
+PRESENT_LABEL = VENDOR_PREFIX + "dcu.present"  # node: a Hygon node (the DaemonSet's selector)
+PARK_LABEL = VENDOR_PREFIX + "dcu.device-plugin"  # node: "parked" during a mode switch
+EVICT_LABEL = VENDOR_PREFIX + "dcu.evict"  # pod: marked for eviction by mig_node
+ADMISSION_SCOPE_LABEL = VENDOR_PREFIX + "dcu.admission"  # namespace: the webhook's scope
+CONFIG_HASH_ANNOTATION = VENDOR_PREFIX + "config-sha256"  # pod template: rolls on a new config
+
 
 class RequestRefused(Exception):
-    """An Allocate the plugin will not serve; the message tells the user what to change."""
+    """An Allocate the plugin will not serve; the message tells the user what to change.
 
-    def __init__(self, reason: str, message: str) -> None:
+    ``reason`` is the label of hygon_dcu_allocation_failures_total (it also picks the gRPC
+    code); ``request_reason`` is the request model's Reason when the container's own
+    resources are what is wrong.
+    """
+
+    def __init__(self, reason: str, message: str, request_reason: Reason | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.request_reason = request_reason
 
 
 def annotation_key(container: str) -> str:
@@ -47,59 +68,3 @@ def profile_resource(profile_name: str) -> str:
 def socket_name(resource: str) -> str:
     """Socket file name for a resource, unique inside the kubelet's device-plugin directory."""
     return "hygon-dcu-" + resource.split("/", 1)[1].replace("/", "-") + ".sock"
-
-
-# Quantities the allocator accepts are small whole numbers in ASCII digits; anything else
-# (unicode digits, thousands of digits, suffixes the API server did not canonicalise) is "not
-# a valid count" rather than an exception.
-_MAX_QUANTITY_DIGITS = 18
-
-
-def _quantity(value: object) -> int | None:
-    text = str(value).strip()
-    if not text or len(text) > _MAX_QUANTITY_DIGITS or not (text.isascii() and text.isdigit()):
-        return None
-    return int(text)
-
-
-def _shown(value: object, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
-
-
-def requested_profile(container: str, limits: Mapping[str, object]) -> str:
-    """The one profile a container's limits ask for, or RequestRefused saying what is wrong.
-
-    The admission webhook refuses these shapes up front; checking again here keeps a pod
-    created while the webhook was down from getting a half-right partition.
-    """
-    family = limits.get(FAMILY)
-    if family is None or _quantity(family) != 1:
-        raise RequestRefused(
-            "bad_request",
-            f"container {container!r} must set limits {FAMILY}: 1 (has {_shown(family)}); "
-            "one container gets exactly one partition",
-        )
-    profiles = sorted(
-        key[len(PROFILE_PREFIX) :] for key in limits if key.startswith(PROFILE_PREFIX)
-    )
-    if not profiles:
-        raise RequestRefused(
-            "no_profile",
-            f"container {container!r} requests {FAMILY} but no profile: add a limit "
-            f"{PROFILE_PREFIX}<profile>: 1 (for example {PROFILE_PREFIX}2g.15gb: 1)",
-        )
-    if len(profiles) > 1:
-        raise RequestRefused(
-            "two_profiles",
-            f"container {container!r} requests several profiles {profiles}: a container sees "
-            "exactly one partition, so request exactly one profile",
-        )
-    quantity = _quantity(limits[profile_resource(profiles[0])])
-    if quantity != 1:
-        raise RequestRefused(
-            "bad_request",
-            f"container {container!r} requests {_shown(limits[profile_resource(profiles[0])])} of "
-            f"{profile_resource(profiles[0])}: the quantity must be 1",
-        )
-    return profiles[0]

@@ -136,11 +136,6 @@ def test_pod_completing_a_second_after_its_grant_reclaimed_within_a_second(
     assert completed <= 1.0, f"completed pod reclaimed {completed:.2f} s after its phase change"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the plugin reclaims a deleted pod's partition when the pod object goes (1.20: seconds "
-    "after its containers stop), not when its deletion starts: measured 4.8 s",
-)
 def test_pod_deleted_a_second_after_its_grant_reclaimed_within_a_second(
     kube: Kube, cluster_sim: SimNode, capsys: pytest.CaptureFixture[str]
 ) -> None:

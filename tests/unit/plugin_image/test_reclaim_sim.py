@@ -1,4 +1,4 @@
-"""Reclaim against the simulated node (issue 7, acceptance 5)."""
+"""Reclaim against the simulated node."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -37,7 +37,7 @@ def test_deleted_pod_is_reclaimed_ci_then_gi(harness: Harness) -> None:
     assert harness.runtime.metrics.reclaim_actions.value(action="destroyed") == 1
 
 
-def test_succeeded_and_failed_pods_are_reclaimed_running_and_terminating_kept(
+def test_succeeded_failed_and_terminating_pods_are_reclaimed_running_kept(
     harness: Harness,
 ) -> None:
     for name in ("ok", "bad", "running", "leaving"):
@@ -45,11 +45,29 @@ def test_succeeded_and_failed_pods_are_reclaimed_running_and_terminating_kept(
     harness.finish("ok", how="Succeeded")
     harness.finish("bad", how="Failed")
     harness.kube.set_phase("default", "running", "Running")
-    harness.kube.mark_deleting("default", "leaving")  # containers may still run: keep
+    harness.kube.mark_deleting("default", "leaving")  # nothing holds its partition: it goes
     report = harness.reclaimer.run_pass()
-    assert len(report.destroyed) == 2
-    assert sorted(r.pod_name for r in harness.runtime.store.load()) == ["leaving", "running"]
-    assert len(harness.node.instances()) == 2
+    assert len(report.destroyed) == 3
+    assert [r.pod_name for r in harness.runtime.store.load()] == ["running"]
+    assert len(harness.node.instances()) == 1
+
+
+def test_a_terminating_pod_still_using_its_partition_keeps_it_until_it_stops(
+    harness: Harness,
+) -> None:
+    response = harness.admit("leaving")
+    (instance,) = harness.node.instances()
+    with holding(harness, response.envs["DMI_MIG_VISIBLE_DEVICE"]):
+        harness.kube.mark_deleting("default", "leaving")
+        for _ in range(2):
+            report = harness.reclaimer.run_pass()
+            assert report.in_use == [instance.uuid]
+        assert len(harness.node.instances()) == 1
+        # Stopping inside its grace is not a stuck reclaim: no Warning for it.
+        harness.runtime.events.drain()
+        assert "PartitionReclaimStuck" not in harness.kube.reasons("leaving")
+    assert harness.reclaimer.run_pass().destroyed == [instance.uuid]
+    assert harness.runtime.store.load().records == []
 
 
 def test_grace_protects_only_a_record_whose_pod_cannot_be_seen(
@@ -72,7 +90,7 @@ def test_grace_protects_only_a_record_whose_pod_cannot_be_seen(
     assert unseen.uid == harness.runtime.store.load().records[0].pod_uid
 
 
-@pytest.mark.parametrize("how", ["delete", "Succeeded", "Failed"])
+@pytest.mark.parametrize("how", ["deletion started", "delete", "Succeeded", "Failed"])
 def test_a_pod_that_ends_a_second_after_its_grant_is_reclaimed_at_the_event(
     bw_node: simnode.SimNode, tmp_path: Path, how: str
 ) -> None:
@@ -84,7 +102,10 @@ def test_a_pod_that_ends_a_second_after_its_grant_is_reclaimed_at_the_event(
         passes = harness.reclaimer.passes
         harness.admit("quick")
         time.sleep(1.0)
-        harness.finish("quick", how=how)
+        if how == "deletion started":
+            harness.kube.mark_deleting("default", "quick")
+        else:
+            harness.finish("quick", how=how)
         deadline = time.monotonic() + 20
         while harness.node.instances() and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -94,17 +115,17 @@ def test_a_pod_that_ends_a_second_after_its_grant_is_reclaimed_at_the_event(
         harness.runtime.stop()
 
 
-def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
-    response = harness.admit("a")
-    (instance,) = harness.node.instances()
-    # The workload: dcu-probe --hold keeps the partition's files open, like a running process.
+@contextlib.contextmanager
+def holding(harness: Harness, visible_device: str) -> Iterator[None]:
+    """The workload: dcu-probe --hold keeps the partition's files open, like a running
+    process, until the block ends."""
     holder = subprocess.Popen(
         [str(simnode.PROBE_PATH), "--hold"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env={
             **harness.sim.env(),
-            "DMI_MIG_VISIBLE_DEVICE": response.envs["DMI_MIG_VISIBLE_DEVICE"],
+            "DMI_MIG_VISIBLE_DEVICE": visible_device,
             "HYDMI_PROBE_VIEW": str(harness.sim.root),
         },
         text=True,
@@ -112,6 +133,17 @@ def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
     try:
         assert holder.stdout is not None
         assert "kind=partition" in holder.stdout.readline()
+        yield
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
+    response = harness.admit("a")
+    (instance,) = harness.node.instances()
+    with holding(harness, response.envs["DMI_MIG_VISIBLE_DEVICE"]):
         harness.finish("a")
         first = harness.reclaimer.run_pass()
         assert first.in_use == [instance.uuid]
@@ -120,10 +152,6 @@ def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
         harness.reclaimer.run_pass()  # still held: retried, but told only once
         assert harness.runtime.events.drain()
         assert harness.kube.reasons("a").count("PartitionReclaimStuck") == 1
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait(timeout=30)
     second = harness.reclaimer.run_pass()
     assert second.destroyed == [instance.uuid]
     assert harness.node.instances() == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hygon_dcu_plugin.prometheus_text import CONTENT_TYPE, Counter, render
-from hygon_dcu_plugin.webhook.rules import Rule
+from hygon_dcu_plugin.request import Reason
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -38,17 +38,18 @@ class Metrics:
         )
         for decision in ("allowed", "denied"):
             self.reviews.zero(decision=decision)
-        for rule in Rule:
-            self.denials.zero(rule=rule.value)
+        # The rule label is the request model's Reason: one series for each.
+        for reason in Reason:
+            self.denials.zero(rule=reason.value)
         for result in ("success", "failure"):
             self.tls_reloads.zero(result=result)
         self.handshake_failures.zero()
         self.connections_refused.zero()
 
-    def review(self, allowed: bool, rules: Iterable[Rule] = ()) -> None:
+    def review(self, allowed: bool, rules: Iterable[Reason] = ()) -> None:
         self.reviews.inc(decision="allowed" if allowed else "denied")
-        for rule in sorted(set(rules)):
-            self.denials.inc(rule=rule.value)
+        for reason in sorted(set(rules)):
+            self.denials.inc(rule=reason.value)
 
     def bad_request(self, reason: str) -> None:
         self.bad_requests.inc(reason=reason)

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hygon_dcu_plugin.request import Reason, Violation
 from hygon_dcu_plugin.webhook import bounded_json
-from hygon_dcu_plugin.webhook.rules import Rule, Violation, find_violations
+from hygon_dcu_plugin.webhook.rules import find_violations
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -46,7 +47,7 @@ class Decision:
     # The first violations (KEPT_VIOLATIONS at most), how many there were, and their rules.
     violations: list[Violation] = field(default_factory=list)
     violation_count: int = 0
-    rules: frozenset[Rule] = frozenset()
+    rules: frozenset[Reason] = frozenset()
     # What was reviewed, for the log line.
     operation: str = ""
     namespace: str = ""

@@ -4,10 +4,10 @@ A pod that reaches a node with a request the allocator cannot serve fails with
 UnexpectedAdmissionError and is never retried, so every request the allocator would refuse is
 refused here first, with a message that names the container and says how to fix the spec.
 
-Decisions where Kubernetes leaves room:
-- Limits are the request. For extended resources the API server defaults requests to limits
-  and refuses requests without limits; the allocator reads the profile from limits. So a
-  partition resource in requests only is refused, and requests that differ from limits are.
+What one container asks for, and every rule about its own resources (limits are the request,
+quantities exactly 1, one profile, no whole card next to a partition), is decided by
+``hygon_dcu_plugin.request.parse_container``, the same reading the allocator makes. Here are
+the rules about where a container sits in its pod, where Kubernetes leaves room:
 - Partitions only in app containers (``spec.containers``). The kubelet hands an init
   container's devices on to the app containers, and PodResources ``List`` (how the allocator
   finds the container it serves) walks ``spec.containers`` only: a partition in a regular init
@@ -15,9 +15,8 @@ Decisions where Kubernetes leaves room:
   attributed to one container.
 - Ephemeral containers may not have resources at all (the API server refuses them); a
   ``hygon.com/`` resource on one is refused here too in case it ever gets that far.
-- Quantities are Kubernetes quantities: "1", "1.0" and "1000m" are all one; "500m" is not a
-  whole number and is refused with its own message. (The API server stores and sends the
-  canonical form, "1", so the other spellings reach us only from a client that bypasses it.)
+- A whole card (or ``hygon.com/dcu.sliced``) anywhere in a pod where a container holds a
+  partition is refused: the pod could never be scheduled.
 
 Whatever the pod, the work is linear in its size and every message is bounded: names and
 values are shortened, lists of names are cut with a count of the rest, and
@@ -26,61 +25,32 @@ values are shortened, lists of names are cut with a count of the rest, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
-from enum import Enum, StrEnum
+from enum import Enum
 from typing import Any
 
-from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, SLICED, WHOLE_CARD
-from hygon_dcu_plugin.webhook.quantity import QuantityError, parse_quantity, whole_number
+from hygon_dcu_plugin.request import (
+    Reason,
+    RefusedRequest,
+    Violation,
+    is_partition,
+    mixed_with_partitions,
+    parse_container,
+)
+from hygon_dcu_plugin.shown import MAX_SHOWN_NAMES, listing, shorten, show_names
+from hygon_dcu_plugin.vocabulary import SLICED, VENDOR_PREFIX, WHOLE_CARD
 
-VENDOR_PREFIX = "hygon.com/"
-PARTITION_PREFIX = FAMILY + "."
-
-_EXAMPLE = f"{FAMILY}: 1 and {PROFILE_PREFIX}2g.15gb: 1"
-# Longer names and values are shortened in messages; a valid name is at most 63 characters
-# (a container) or 253 (a resource), so only invalid ones are ever cut.
-_MAX_SHOWN_CHARS = 100
-# Lists of names in one message show this many, then how many more there are.
-_MAX_SHOWN_NAMES = 3
-_ONE_PER_CONTAINER = "one partition per container; use one pod per partition"
-
-
-class Rule(StrEnum):
-    """Why a pod was refused; also the ``rule`` label of the denial metric."""
-
-    FAMILY_WITHOUT_PROFILE = "family-without-profile"
-    PROFILE_WITHOUT_FAMILY = "profile-without-family"
-    QUANTITY_NOT_ONE = "quantity-not-one"
-    QUANTITY_NOT_WHOLE = "quantity-not-whole"
-    TWO_PROFILES = "two-profiles"
-    REQUESTS_LIMITS_DISAGREE = "requests-limits-disagree"
-    REQUESTS_WITHOUT_LIMITS = "requests-without-limits"
-    UNKNOWN_PARTITION_RESOURCE = "unknown-partition-resource"
-    PARTITION_IN_SIDECAR = "partition-in-sidecar"
-    PARTITION_IN_INIT_CONTAINER = "partition-in-init-container"
-    EPHEMERAL_CONTAINER_RESOURCE = "ephemeral-container-resource"
-    MIXED_WITH_PARTITIONS = "mixed-with-partitions"
-    MALFORMED_POD = "malformed-pod"
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One broken rule: which container, and a message that says how to fix the spec."""
-
-    rule: Rule
-    container: str
-    message: str
+__all__ = ["Findings", "Violation", "check_pod", "find_violations"]
 
 
 @dataclass(frozen=True)
 class Findings:
-    """The first violations of a pod, and how many and which rules there were in all."""
+    """The first violations of a pod, and how many and which reasons there were in all."""
 
     kept: list[Violation]
     total: int
-    rules: frozenset[Rule]
+    rules: frozenset[Reason]
 
 
 class _Kind(Enum):
@@ -99,7 +69,7 @@ class _Container:
 
     @property
     def label(self) -> str:
-        return f'{self.kind.value} "{_shorten(self.name)}"'
+        return f'{self.kind.value} "{shorten(self.name)}"'
 
     def vendor_resources(self) -> list[str]:
         names = {*self.requests, *self.limits}
@@ -108,7 +78,7 @@ class _Container:
         )
 
     def holds_partition(self) -> bool:
-        return self.kind is not _Kind.EPHEMERAL and any(map(_is_partition, self.vendor_resources()))
+        return self.kind is not _Kind.EPHEMERAL and any(map(is_partition, self.vendor_resources()))
 
 
 class _MalformedPod(ValueError):
@@ -124,10 +94,10 @@ def find_violations(pod: Mapping[str, Any], keep: int) -> Findings:
     """The first ``keep`` violations of ``check_pod``, without holding the others."""
     kept: list[Violation] = []
     total = 0
-    rules: set[Rule] = set()
+    rules: set[Reason] = set()
     for violation in _violations(pod):
         total += 1
-        rules.add(violation.rule)
+        rules.add(violation.reason)
         if len(kept) < keep:
             kept.append(violation)
     return Findings(kept, total, frozenset(rules))
@@ -142,21 +112,17 @@ def _violations(pod: Mapping[str, Any]) -> Iterator[Violation]:
         for container in _containers(pod):
             if container.holds_partition():
                 partitioned_count += 1
-                if len(partitioned) < _MAX_SHOWN_NAMES:
+                if len(partitioned) < MAX_SHOWN_NAMES:
                     partitioned.append(container.label)
     except _MalformedPod as error:
-        yield Violation(Rule.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
+        yield Violation(Reason.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
         return
     for container in _containers(pod):
         yield from _check_container(container)
     if partitioned_count:
-        holders = _listing(partitioned, partitioned_count)
+        holders = listing(partitioned, partitioned_count)
         for container in _containers(pod):
             yield from _check_mixing(container, holders)
-
-
-def _is_partition(name: str) -> bool:
-    return name == FAMILY or name.startswith(PARTITION_PREFIX)
 
 
 def _check_container(container: _Container) -> Iterator[Violation]:
@@ -164,20 +130,20 @@ def _check_container(container: _Container) -> Iterator[Violation]:
     if container.kind is _Kind.EPHEMERAL:
         if vendor:
             yield Violation(
-                Rule.EPHEMERAL_CONTAINER_RESOURCE,
+                Reason.EPHEMERAL_CONTAINER_RESOURCE,
                 container.name,
-                f"{container.label} requests {_names(vendor)}: ephemeral containers cannot "
+                f"{container.label} requests {show_names(vendor)}: ephemeral containers cannot "
                 "have resources; remove them from the ephemeral container",
             )
         return
-    partitions = [name for name in vendor if _is_partition(name)]
+    partitions = [name for name in vendor if is_partition(name)]
     if not partitions:
         return
     if container.kind is _Kind.SIDECAR:
         yield Violation(
-            Rule.PARTITION_IN_SIDECAR,
+            Reason.PARTITION_IN_SIDECAR,
             container.name,
-            f"{container.label} (restartPolicy: Always) requests {_names(partitions)}: "
+            f"{container.label} (restartPolicy: Always) requests {show_names(partitions)}: "
             "a sidecar is an init container, whose devices are handed on to the app "
             "containers, so its partition cannot be attributed; request the partition in an "
             "app container under spec.containers instead",
@@ -185,125 +151,22 @@ def _check_container(container: _Container) -> Iterator[Violation]:
         return
     if container.kind is _Kind.INIT:
         yield Violation(
-            Rule.PARTITION_IN_INIT_CONTAINER,
+            Reason.PARTITION_IN_INIT_CONTAINER,
             container.name,
-            f"{container.label} requests {_names(partitions)}: an init container's devices "
+            f"{container.label} requests {show_names(partitions)}: an init container's devices "
             "are handed on to the app containers, so its partition cannot be attributed; "
             "request the partition in an app container under spec.containers instead",
         )
         return
-    yield from _check_app_partitions(container, partitions)
-
-
-def _check_app_partitions(container: _Container, partitions: list[str]) -> Iterator[Violation]:
-    label = container.label
-    amounts: dict[str, int] = {}
-    for name in partitions:
-        amount, problems = _amount(container, name)
-        yield from problems
-        if amount is not None:
-            amounts[name] = amount
-
-    profiles = [name for name in partitions if name.startswith(PROFILE_PREFIX)]
-    profiles = [name for name in profiles if len(name) > len(PROFILE_PREFIX)]
-    unknown = [name for name in partitions if name != FAMILY and name not in profiles]
-    for name in unknown:
-        yield Violation(
-            Rule.UNKNOWN_PARTITION_RESOURCE,
-            container.name,
-            f"{label} requests {_shorten(name)}, which is not a partition resource: profile "
-            f"resources are named {PROFILE_PREFIX}<profile>; request {_EXAMPLE}",
-        )
-    for name, amount in amounts.items():
-        if amount != 1 and name not in unknown:
-            yield Violation(
-                Rule.QUANTITY_NOT_ONE,
-                container.name,
-                f"{label} requests {_shorten(name)}: {amount}; {_ONE_PER_CONTAINER} "
-                f"(set it to 1 and create one pod for each partition)",
-            )
-    if FAMILY in partitions and not profiles:
-        yield Violation(
-            Rule.FAMILY_WITHOUT_PROFILE,
-            container.name,
-            f"{label} requests {FAMILY} without a profile: add exactly one "
-            f"{PROFILE_PREFIX}<profile> resource next to it, e.g. {_EXAMPLE}",
-        )
-    if profiles and FAMILY not in partitions:
-        yield Violation(
-            Rule.PROFILE_WITHOUT_FAMILY,
-            container.name,
-            f"{label} requests {_names(profiles)} without the family: add {FAMILY}: 1 "
-            "next to the profile (the family is what the node allocates)",
-        )
-    if len(profiles) > 1:
-        yield Violation(
-            Rule.TWO_PROFILES,
-            container.name,
-            f"{label} requests {len(profiles)} profiles ({_names(profiles)}): "
-            f"{_ONE_PER_CONTAINER}; keep exactly one profile in this container",
-        )
-
-
-def _amount(container: _Container, name: str) -> tuple[int | None, list[Violation]]:
-    """The container's quantity of ``name`` (limits first), and what is wrong with it."""
-    label = container.label
-    problems: list[Violation] = []
-    values: dict[str, int] = {}
-    for field, source in (("limits", container.limits), ("requests", container.requests)):
-        if name not in source:
-            continue
-        raw = source[name]
-        try:
-            exact: Decimal = parse_quantity(raw)
-        except QuantityError:
-            problems.append(
-                Violation(
-                    Rule.QUANTITY_NOT_WHOLE,
-                    container.name,
-                    f"{label} has {field} {_shorten(name)}: {_show(raw)}, which is not a quantity: "
-                    "partitions are counted in whole units; set it to 1",
-                )
-            )
-            continue
-        whole = whole_number(exact)
-        if whole is None:
-            problems.append(
-                Violation(
-                    Rule.QUANTITY_NOT_WHOLE,
-                    container.name,
-                    f"{label} has {field} {_shorten(name)}: {_show(raw)}, which is not a whole "
-                    "number: partitions are counted in whole units; set it to 1",
-                )
-            )
-            continue
-        values[field] = whole
-    if name not in container.limits:
-        problems.append(
-            Violation(
-                Rule.REQUESTS_WITHOUT_LIMITS,
-                container.name,
-                f"{label} sets {_shorten(name)} in requests but not in limits: set it in limits "
-                "(requests of extended resources default to the limits, and the node reads "
-                "the profile from the limits)",
-            )
-        )
-    elif "requests" in values and "limits" in values and values["requests"] != values["limits"]:
-        problems.append(
-            Violation(
-                Rule.REQUESTS_LIMITS_DISAGREE,
-                container.name,
-                f"{label} has requests {_shorten(name)}: {values['requests']} but limits "
-                f"{_shorten(name)}: {values['limits']}: extended resources need equal requests and "
-                "limits; set both to 1 or leave out the requests (they default to the limits)",
-            )
-        )
-    amount = values.get("limits", values.get("requests"))
-    return amount, problems
+    request = parse_container(container.name, container.limits, container.requests)
+    if isinstance(request, RefusedRequest):
+        yield from request.violations
 
 
 def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:
     """``holders`` names the containers that hold a partition (at least one does)."""
+    if container.kind is _Kind.APP and container.holds_partition():
+        return  # its own request, read by parse_container, says so already
     others = [name for name in container.vendor_resources() if name in (WHOLE_CARD, SLICED)]
     if not others:
         return
@@ -311,13 +174,7 @@ def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:
         where = "next to its own partition request"
     else:
         where = f"while {holders} requests a partition"
-    yield Violation(
-        Rule.MIXED_WITH_PARTITIONS,
-        container.name,
-        f"{container.label} requests {', '.join(others)} {where}: a partitioned node "
-        "serves only partitions, so this pod could never be scheduled; use partitions or "
-        "whole cards in one pod, not both",
-    )
+    yield mixed_with_partitions(container.name, container.label, others, where)
 
 
 def _containers(pod: Mapping[str, Any]) -> Iterator[_Container]:
@@ -359,32 +216,3 @@ def _mapping(parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, An
     if not isinstance(value, Mapping):
         raise _MalformedPod(f"{where}.{key} is not an object")
     return value
-
-
-def _shorten(text: str) -> str:
-    if len(text) <= _MAX_SHOWN_CHARS:
-        return text
-    return f"{text[:_MAX_SHOWN_CHARS]}... ({len(text)} characters)"
-
-
-def _show(value: object) -> str:
-    """A value from the pod as a message shows it: short, and never a whole structure."""
-    if isinstance(value, str):
-        return repr(value) if len(value) <= _MAX_SHOWN_CHARS else _shorten(repr(value))
-    if value is None or isinstance(value, (bool, int, float)):
-        text = repr(value)
-        return text if len(text) <= _MAX_SHOWN_CHARS else f"a number of {len(text)} digits"
-    return f"a JSON {'object' if isinstance(value, Mapping) else type(value).__name__}"
-
-
-def _names(names: list[str]) -> str:
-    return _listing([_shorten(name) for name in names[:_MAX_SHOWN_NAMES]], len(names))
-
-
-def _listing(shown: Iterable[str], count: int) -> str:
-    """``shown`` (the first few of ``count`` items) joined, with how many more there are."""
-    items = list(shown)
-    text = ", ".join(items)
-    if count > len(items):
-        text += f" and {count - len(items)} more"
-    return text

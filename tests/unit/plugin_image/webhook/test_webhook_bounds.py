@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hygon_dcu_plugin.request import Reason
 from hygon_dcu_plugin.webhook.review import MAX_MESSAGE_CHARS, decide
-from hygon_dcu_plugin.webhook.rules import Rule
 from hygon_dcu_plugin.webhook.server import DEFAULT_MAX_BODY, MAX_HEADER_BYTES
 from webhook_pod_cases import FAMILY, P2G, container, pod
 from webhook_support import Authority, Running, admission_review, serving
@@ -44,10 +44,10 @@ def _denied_rules(running: Running, pod_spec: dict[str, Any]) -> set[str]:
 def _rules_in(message: str) -> Iterator[str]:
     """Which rules a message reports, by the phrase each rule's message carries."""
     phrases = {
-        "without a profile": Rule.FAMILY_WITHOUT_PROFILE.value,
-        "which is not a quantity": Rule.QUANTITY_NOT_WHOLE.value,
-        "which is not a whole number": Rule.QUANTITY_NOT_WHOLE.value,
-        "one partition per container": Rule.QUANTITY_NOT_ONE.value,
+        "without a profile": Reason.FAMILY_WITHOUT_PROFILE.value,
+        "which is not a quantity": Reason.QUANTITY_NOT_WHOLE.value,
+        "which is not a whole number": Reason.QUANTITY_NOT_WHOLE.value,
+        "one partition per container": Reason.QUANTITY_NOT_ONE.value,
     }
     for phrase, rule in phrases.items():
         if phrase in message:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hygon_dcu_plugin.webhook.rules import Rule
+from hygon_dcu_plugin.request import Reason
 
 FAMILY = "hygon.com/dcu.partitioned"
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
@@ -65,7 +65,7 @@ def sidecar(name: str, limits: dict[str, Any] | None = None) -> dict[str, Any]:
 class Case:
     id: str
     pod: dict[str, Any]
-    denied: list[tuple[Rule, str]] = field(default_factory=list)
+    denied: list[tuple[Reason, str]] = field(default_factory=list)
     matched: bool = True
 
     @property
@@ -121,116 +121,116 @@ CASES: list[Case] = [
     Case(
         "family-without-profile",
         pod(container("train", {FAMILY: "1"})),
-        [(Rule.FAMILY_WITHOUT_PROFILE, "train")],
+        [(Reason.FAMILY_WITHOUT_PROFILE, "train")],
     ),
     Case(
         "profile-without-family",
         pod(container("train", {P2G: "1"})),
-        [(Rule.PROFILE_WITHOUT_FAMILY, "train")],
+        [(Reason.PROFILE_WITHOUT_FAMILY, "train")],
     ),
     Case(
         "family-two",
         pod(container("train", {FAMILY: "2", P2G: "1"})),
-        [(Rule.QUANTITY_NOT_ONE, "train")],
+        [(Reason.QUANTITY_NOT_ONE, "train")],
     ),
     Case(
         "profile-two",
         pod(container("train", {FAMILY: "1", P2G: "2"})),
-        [(Rule.QUANTITY_NOT_ONE, "train")],
+        [(Reason.QUANTITY_NOT_ONE, "train")],
     ),
     Case(
         "family-zero",
         pod(container("train", {FAMILY: "0", P2G: "1"})),
-        [(Rule.QUANTITY_NOT_ONE, "train")],
+        [(Reason.QUANTITY_NOT_ONE, "train")],
     ),
     Case(
         "quantity-1Ki",
         pod(container("train", {FAMILY: "1Ki", P2G: "1"})),
-        [(Rule.QUANTITY_NOT_ONE, "train")],
+        [(Reason.QUANTITY_NOT_ONE, "train")],
     ),
     Case(
         "two-profiles",
         pod(container("train", {FAMILY: "1", P2G: "1", P4G: "1"})),
-        [(Rule.TWO_PROFILES, "train")],
+        [(Reason.TWO_PROFILES, "train")],
     ),
     Case(
         "requests-only",
         pod(container("train", None, dict(PARTITION))),
-        [(Rule.REQUESTS_WITHOUT_LIMITS, "train"), (Rule.REQUESTS_WITHOUT_LIMITS, "train")],
+        [(Reason.REQUESTS_WITHOUT_LIMITS, "train"), (Reason.REQUESTS_WITHOUT_LIMITS, "train")],
     ),
     Case(
         "requests-disagree-with-limits",
         pod(container("train", PARTITION, {FAMILY: "2", P2G: "1"})),
-        [(Rule.REQUESTS_LIMITS_DISAGREE, "train")],
+        [(Reason.REQUESTS_LIMITS_DISAGREE, "train")],
     ),
     Case(
         "quantity-500m",
         pod(container("train", {FAMILY: "500m", P2G: "1"})),
-        [(Rule.QUANTITY_NOT_WHOLE, "train")],
+        [(Reason.QUANTITY_NOT_WHOLE, "train")],
     ),
     Case(
         "quantity-1.5",
         pod(container("train", {FAMILY: "1", P2G: "1.5"})),
-        [(Rule.QUANTITY_NOT_WHOLE, "train")],
+        [(Reason.QUANTITY_NOT_WHOLE, "train")],
     ),
     Case(
         "quantity-garbage",
         pod(container("train", {FAMILY: "one", P2G: "1"})),
-        [(Rule.QUANTITY_NOT_WHOLE, "train")],
+        [(Reason.QUANTITY_NOT_WHOLE, "train")],
     ),
     Case(
         "partition-in-sidecar",
         pod(container("train", PARTITION), init=(sidecar("proxy", dict(PARTITION)),)),
-        [(Rule.PARTITION_IN_SIDECAR, "proxy")],
+        [(Reason.PARTITION_IN_SIDECAR, "proxy")],
     ),
     Case(
         "partition-in-init-container",
         pod(container("train"), init=(container("warmup", dict(PARTITION)),)),
-        [(Rule.PARTITION_IN_INIT_CONTAINER, "warmup")],
+        [(Reason.PARTITION_IN_INIT_CONTAINER, "warmup")],
     ),
     Case(
         "partition-in-ephemeral-container",
         pod(container("train", PARTITION), ephemeral=(container("debug", dict(PARTITION)),)),
-        [(Rule.EPHEMERAL_CONTAINER_RESOURCE, "debug")],
+        [(Reason.EPHEMERAL_CONTAINER_RESOURCE, "debug")],
     ),
     Case(
         "whole-card-next-to-partition",
         pod(container("train", PARTITION), container("legacy", {WHOLE: "1"})),
-        [(Rule.MIXED_WITH_PARTITIONS, "legacy")],
+        [(Reason.MIXED_WITH_PARTITIONS, "legacy")],
     ),
     Case(
         "sliced-in-partition-container",
         pod(container("train", {**PARTITION, SLICED: "1"})),
-        [(Rule.MIXED_WITH_PARTITIONS, "train")],
+        [(Reason.MIXED_WITH_PARTITIONS, "train")],
     ),
     Case(
         "whole-card-in-init-next-to-partition",
         pod(container("train", PARTITION), init=(container("check", {WHOLE: "1"}),)),
-        [(Rule.MIXED_WITH_PARTITIONS, "check")],
+        [(Reason.MIXED_WITH_PARTITIONS, "check")],
     ),
     Case(
         "profile-without-mig-prefix",
         pod(container("train", {FAMILY: "1", FAMILY + ".2g.15gb": "1"})),
-        [(Rule.UNKNOWN_PARTITION_RESOURCE, "train"), (Rule.FAMILY_WITHOUT_PROFILE, "train")],
+        [(Reason.UNKNOWN_PARTITION_RESOURCE, "train"), (Reason.FAMILY_WITHOUT_PROFILE, "train")],
     ),
     Case(
         "empty-profile-name",
         pod(container("train", {FAMILY: "1", FAMILY + ".mig-": "1"})),
-        [(Rule.UNKNOWN_PARTITION_RESOURCE, "train"), (Rule.FAMILY_WITHOUT_PROFILE, "train")],
+        [(Reason.UNKNOWN_PARTITION_RESOURCE, "train"), (Reason.FAMILY_WITHOUT_PROFILE, "train")],
     ),
     Case(
         "two-containers-each-wrong",
         pod(container("a", {FAMILY: "1"}), container("b", {P2G: "1"})),
-        [(Rule.FAMILY_WITHOUT_PROFILE, "a"), (Rule.PROFILE_WITHOUT_FAMILY, "b")],
+        [(Reason.FAMILY_WITHOUT_PROFILE, "a"), (Reason.PROFILE_WITHOUT_FAMILY, "b")],
     ),
     Case(
         "negative-quantity",
         pod(container("train", {FAMILY: "-1", P2G: "1"})),
-        [(Rule.QUANTITY_NOT_ONE, "train")],
+        [(Reason.QUANTITY_NOT_ONE, "train")],
     ),
     Case(
         "partition-in-requests-of-init-only",
         pod(container("train"), init=(container("warmup", None, {P2G: "1"}),)),
-        [(Rule.PARTITION_IN_INIT_CONTAINER, "warmup")],
+        [(Reason.PARTITION_IN_INIT_CONTAINER, "warmup")],
     ),
 ]

@@ -1,5 +1,5 @@
-"""Static checks of the fleet_report role and playbooks/report.yml: syntax, ansible-lint
-(production profile), and the argument spec against the defaults."""
+"""Static checks of the fleet_report role and playbooks/report.yml: syntax and the argument
+spec against the defaults (ansible-lint runs over the whole tree in its own test-all stage)."""
 
 from __future__ import annotations
 
@@ -21,21 +21,6 @@ def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def test_playbook_passes_syntax_check() -> None:
     proc = run([str(BIN / "ansible-playbook"), "--syntax-check", "-i", "localhost,", str(PLAYBOOK)])
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
-def test_role_and_playbook_pass_ansible_lint_production() -> None:
-    proc = run(
-        [
-            str(BIN / "ansible-lint"),
-            "--nocolor",
-            "--offline",
-            "--profile",
-            "production",
-            str(ROLE),
-            str(PLAYBOOK),
-        ]
-    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

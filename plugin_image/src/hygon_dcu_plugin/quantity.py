@@ -3,6 +3,9 @@
 Exact means no rounding anywhere: the number is read digit for digit, scaled by its suffix in
 a decimal context that traps any rounding, so "1000.0000000000000000000000001m" is not 1.
 Exponents are bounded, so "1e9999" is refused as out of range instead of being expanded.
+
+The package's only quantity parser: ``request.parse_container`` reads every partition limit
+with it, for the admission webhook and the allocator alike.
 """
 
 from __future__ import annotations

@@ -1,0 +1,319 @@
+"""The one reading of a container's partition request: its resources in, a typed verdict out.
+
+The admission webhook (``webhook.rules``), the allocator and the scheduler extender must reach
+the same verdict on every container, so none of them reads a partition limit itself.
+
+Public API::
+
+    parse_container(name, limits, requests=None) -> ContainerRequest
+
+``limits`` (and ``requests``) map resource names to quantities as the pod carries them (JSON
+strings, or whatever else a client sent). ``ContainerRequest`` is one of:
+
+- ``ProfileRequest(profile)``: exactly one partition of that profile, e.g. "2g.15gb"
+  (``.resource`` is its resource name);
+- ``WholeCardRequest(count)``: whole cards (``hygon.com/dcu``) and no partition; ``count`` is
+  None when the quantity is not a whole number (the API server refuses such pods);
+- ``NoPartitionRequest()``: nothing this plugin serves;
+- ``RefusedRequest(violations)``: the container cannot be served. ``.reason`` is the verdict
+  (the first violation's), ``.violations`` everything wrong in a stable order, each with a
+  message that names the container and says how to fix the spec; ``.message()`` is a bounded
+  summary.
+
+``Reason`` is the single definition of every refusal reason: those of one container (decided
+here) and those of where a container sits in its pod (decided by ``webhook.rules``). Its values
+are the ``rule`` label of ``hygon_dcu_admission_denials_total`` and the webhook's log.
+``Violation`` is one broken rule; ``is_partition(name)`` tells a partition resource.
+
+Decisions where Kubernetes leaves room:
+- Limits are the request. For extended resources the API server defaults requests to limits
+  and refuses requests without limits; the allocator reads the profile from limits. So a
+  partition resource in requests only is refused, and requests that differ from limits are.
+- Quantities are Kubernetes quantities, read exactly (``quantity.parse_quantity``): "1", "01",
+  "1.0" and "1000m" are all one; "500m" is not a whole number and is refused with its own
+  reason. (The API server stores and sends the canonical form, "1", so the other spellings
+  reach us only from a client that bypasses it.)
+- A partition next to a whole card (or ``hygon.com/dcu.sliced``) in one container is refused:
+  a partitioned node serves only partitions.
+
+Fail closed: every input, however malformed (a JSON list, 5,000 digits, "1e9999"), gives a
+verdict, never an exception; the work is linear in the number of resources and every message
+is bounded (``shown``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeAlias
+
+from .quantity import QuantityError, parse_quantity, whole_number
+from .shown import shorten, show_names, show_value
+from .vocabulary import (
+    FAMILY,
+    PROFILE_PREFIX,
+    SLICED,
+    WHOLE_CARD,
+    profile_resource,
+)
+
+__all__ = [
+    "PARTITION_PREFIX",
+    "ContainerRequest",
+    "NoPartitionRequest",
+    "ProfileRequest",
+    "Reason",
+    "RefusedRequest",
+    "Violation",
+    "WholeCardRequest",
+    "is_partition",
+    "mixed_with_partitions",
+    "parse_container",
+]
+
+PARTITION_PREFIX = FAMILY + "."
+
+_EXAMPLE = f"{FAMILY}: 1 and {PROFILE_PREFIX}2g.15gb: 1"
+_ONE_PER_CONTAINER = "one partition per container; use one pod per partition"
+
+
+class Reason(StrEnum):
+    """Why a container (or its pod) is refused."""
+
+    # One container's own resources: parse_container.
+    FAMILY_WITHOUT_PROFILE = "family-without-profile"
+    PROFILE_WITHOUT_FAMILY = "profile-without-family"
+    QUANTITY_NOT_ONE = "quantity-not-one"
+    QUANTITY_NOT_WHOLE = "quantity-not-whole"
+    TWO_PROFILES = "two-profiles"
+    REQUESTS_LIMITS_DISAGREE = "requests-limits-disagree"
+    REQUESTS_WITHOUT_LIMITS = "requests-without-limits"
+    UNKNOWN_PARTITION_RESOURCE = "unknown-partition-resource"
+    # Where the container sits in its pod: webhook.rules.
+    PARTITION_IN_SIDECAR = "partition-in-sidecar"
+    PARTITION_IN_INIT_CONTAINER = "partition-in-init-container"
+    EPHEMERAL_CONTAINER_RESOURCE = "ephemeral-container-resource"
+    # Whole cards next to a partition: in the container itself (parse_container) or in
+    # another container of the pod (webhook.rules).
+    MIXED_WITH_PARTITIONS = "mixed-with-partitions"
+    MALFORMED_POD = "malformed-pod"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One broken rule: which container, and a message that says how to fix the spec."""
+
+    reason: Reason
+    container: str
+    message: str
+
+    @property
+    def rule(self) -> Reason:
+        """The reason, by the name the webhook's log and denial metric give it."""
+        return self.reason
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRequest:
+    """Exactly one partition of ``profile`` (e.g. "2g.15gb")."""
+
+    profile: str
+
+    @property
+    def resource(self) -> str:
+        return profile_resource(self.profile)
+
+
+@dataclass(frozen=True, slots=True)
+class WholeCardRequest:
+    """Whole cards and no partition; ``count`` is None when not a whole number."""
+
+    count: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class NoPartitionRequest:
+    """Nothing this plugin serves."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedRequest:
+    """The container cannot be served: at least one violation, the first is the verdict."""
+
+    violations: tuple[Violation, ...]
+
+    @property
+    def reason(self) -> Reason:
+        return self.violations[0].reason
+
+    def message(self) -> str:
+        """The verdict's message, and how many other problems the container has."""
+        text = self.violations[0].message
+        others = len(self.violations) - 1
+        if others:
+            text += f" (and {others} more problem{'s' if others > 1 else ''} in its resources)"
+        return text
+
+
+ContainerRequest: TypeAlias = (
+    ProfileRequest | WholeCardRequest | NoPartitionRequest | RefusedRequest
+)
+
+
+def is_partition(name: str) -> bool:
+    """The family or any name under it (a profile, or an unknown name refused as such)."""
+    return name == FAMILY or name.startswith(PARTITION_PREFIX)
+
+
+def parse_container(
+    name: str, limits: Mapping[str, object], requests: Mapping[str, object] | None = None
+) -> ContainerRequest:
+    """The verdict on one container's resources (see the module docstring)."""
+    requests = {} if requests is None else requests
+    names = sorted(key for key in {*limits, *requests} if isinstance(key, str))
+    partitions = [key for key in names if is_partition(key)]
+    if not partitions:
+        if WHOLE_CARD in limits:
+            return WholeCardRequest(_whole(limits[WHOLE_CARD]))
+        return NoPartitionRequest()
+    label = f'container "{shorten(name)}"'
+    violations = list(_partition_violations(name, label, limits, requests, partitions))
+    others = [key for key in names if key in (WHOLE_CARD, SLICED)]
+    if others:
+        violations.append(
+            mixed_with_partitions(name, label, others, "next to its own partition request")
+        )
+    if violations:
+        return RefusedRequest(tuple(violations))
+    # No violation leaves the family and exactly one profile, each at exactly 1.
+    (profile,) = (key for key in partitions if key != FAMILY)
+    return ProfileRequest(profile[len(PROFILE_PREFIX) :])
+
+
+def mixed_with_partitions(
+    container: str, label: str, others: Sequence[str], where: str
+) -> Violation:
+    """Whole cards (``others``) asked for ``where`` a partition is: the pod cannot be placed."""
+    return Violation(
+        Reason.MIXED_WITH_PARTITIONS,
+        container,
+        f"{label} requests {', '.join(others)} {where}: a partitioned node serves only "
+        "partitions, so this pod could never be scheduled; use partitions or whole cards in "
+        "one pod, not both",
+    )
+
+
+def _whole(value: object) -> int | None:
+    try:
+        return whole_number(parse_quantity(value))
+    except QuantityError:
+        return None
+
+
+def _partition_violations(
+    name: str,
+    label: str,
+    limits: Mapping[str, object],
+    requests: Mapping[str, object],
+    partitions: list[str],
+) -> Iterator[Violation]:
+    amounts: dict[str, int] = {}
+    for resource in partitions:
+        amount = yield from _amount(name, label, limits, requests, resource)
+        if amount is not None:
+            amounts[resource] = amount
+
+    profiles = [
+        key for key in partitions if key.startswith(PROFILE_PREFIX) and key != PROFILE_PREFIX
+    ]
+    unknown = [key for key in partitions if key != FAMILY and key not in profiles]
+    for resource in unknown:
+        yield Violation(
+            Reason.UNKNOWN_PARTITION_RESOURCE,
+            name,
+            f"{label} requests {shorten(resource)}, which is not a partition resource: "
+            f"profile resources are named {PROFILE_PREFIX}<profile>; request {_EXAMPLE}",
+        )
+    for resource, amount in amounts.items():
+        if amount != 1 and resource not in unknown:
+            yield Violation(
+                Reason.QUANTITY_NOT_ONE,
+                name,
+                f"{label} requests {shorten(resource)}: {amount}; {_ONE_PER_CONTAINER} "
+                f"(set it to 1 and create one pod for each partition)",
+            )
+    if FAMILY in partitions and not profiles:
+        yield Violation(
+            Reason.FAMILY_WITHOUT_PROFILE,
+            name,
+            f"{label} requests {FAMILY} but no profile: add a limit {PROFILE_PREFIX}<profile>: 1 "
+            f"next to it, e.g. {_EXAMPLE} (a partition without a profile has no size)",
+        )
+    if profiles and FAMILY not in partitions:
+        yield Violation(
+            Reason.PROFILE_WITHOUT_FAMILY,
+            name,
+            f"{label} requests {show_names(profiles)} without the family: add {FAMILY}: 1 "
+            "next to the profile (the family is what the node allocates)",
+        )
+    if len(profiles) > 1:
+        yield Violation(
+            Reason.TWO_PROFILES,
+            name,
+            f"{label} requests {len(profiles)} profiles ({show_names(profiles)}): "
+            f"{_ONE_PER_CONTAINER}; keep exactly one profile in this container (a container "
+            "sees one partition, so request exactly one profile)",
+        )
+
+
+def _amount(
+    name: str,
+    label: str,
+    limits: Mapping[str, object],
+    requests: Mapping[str, object],
+    resource: str,
+) -> Generator[Violation, None, int | None]:
+    """Yields what is wrong with the quantity of ``resource``; returns it (limits first)."""
+    values: dict[str, int] = {}
+    for field, source in (("limits", limits), ("requests", requests)):
+        if resource not in source:
+            continue
+        raw = source[resource]
+        try:
+            exact = parse_quantity(raw)
+        except QuantityError:
+            yield Violation(
+                Reason.QUANTITY_NOT_WHOLE,
+                name,
+                f"{label} has {field} {shorten(resource)}: {show_value(raw)}, which is not a "
+                "quantity: partitions are counted in whole units; set it to 1",
+            )
+            continue
+        whole = whole_number(exact)
+        if whole is None:
+            yield Violation(
+                Reason.QUANTITY_NOT_WHOLE,
+                name,
+                f"{label} has {field} {shorten(resource)}: {show_value(raw)}, which is not a "
+                "whole number: partitions are counted in whole units; set it to 1",
+            )
+            continue
+        values[field] = whole
+    if resource not in limits:
+        yield Violation(
+            Reason.REQUESTS_WITHOUT_LIMITS,
+            name,
+            f"{label} sets {shorten(resource)} in requests but not in limits: set it in limits "
+            "(requests of extended resources default to the limits, and the node reads the "
+            "profile from the limits)",
+        )
+    elif "requests" in values and "limits" in values and values["requests"] != values["limits"]:
+        yield Violation(
+            Reason.REQUESTS_LIMITS_DISAGREE,
+            name,
+            f"{label} has requests {shorten(resource)}: {values['requests']} but limits "
+            f"{shorten(resource)}: {values['limits']}: extended resources need equal requests "
+            "and limits; set both to 1 or leave out the requests (they default to the limits)",
+        )
+    return values.get("limits", values.get("requests"))
