@@ -7,6 +7,7 @@ Leaves: partition mode on, no workload pod, no instance.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from e2e_support import (
@@ -21,6 +22,7 @@ from e2e_support import (
     phase,
     wait_for,
 )
+from hygon_dcu_plugin.vocabulary import annotation_key
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -82,6 +84,21 @@ def test_two_containers_get_two_partitions(kube: Kube, cluster_sim: SimNode) -> 
     wait_for("no instance left", lambda: not cluster_sim.live_uuids(), 60)
 
 
+def test_a_63_character_container_name_gets_its_partition(kube: Kube) -> None:
+    container = "c" * 63  # the longest legal container name
+    kube.apply(partition_pod("long-name", container=container))
+    wait_for("long-name Succeeded", lambda: phase(kube, "long-name") == "Succeeded", 180)
+    lines = probe_lines(kube.logs("long-name"))
+    assert len(lines) == 1 and "kind=partition" in lines[0], lines
+    uuid = granted_uuid(kube, "long-name")
+    assert uuid and f"mig_uuid={uuid}" in lines[0], (uuid, lines[0])
+    pod = kube.pod("long-name")
+    assert pod is not None
+    # The grant's annotation key stays within Kubernetes' limits for this container's name.
+    assert uuid in pod["metadata"]["annotations"][annotation_key(container)]
+    kube.delete_pod("long-name")
+
+
 def test_deleted_pod_instance_destroyed(kube: Kube, cluster_sim: SimNode) -> None:
     kube.apply(partition_pod("sleeper", command=["sh", "-c", "dcu-probe && sleep 3600"]))
     wait_for("sleeper Running", lambda: phase(kube, "sleeper") == "Running", 180)
@@ -103,22 +120,23 @@ def test_request_without_profile_refused_at_creation_with_the_fix(kube: Kube) ->
 
 
 def reclaim_delay(kube: Kube, cluster_sim: SimNode, name: str, uuid: str, event: str) -> float:
-    """Seconds between the event seen through the API and the instance gone from the driver."""
+    """Seconds between the event seen through the API and the instance gone from the driver
+    (0 when it was already gone at the first poll that saw the event). An instance gone
+    before the event happened fails: that would be a reclaim for the wrong reason."""
+
+    def happened(pod: dict[str, Any] | None) -> bool:
+        if event == "phase":
+            return pod is not None and pod["status"].get("phase") in ("Succeeded", "Failed")
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
     seen_at = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        pod = kube.pod(name)
-        now = time.monotonic()
-        if seen_at is None:
-            if (
-                event == "phase"
-                and pod is not None
-                and pod["status"].get("phase") in ("Succeeded", "Failed")
-            ):
-                seen_at = now
-            if event == "deletion" and (pod is None or pod["metadata"].get("deletionTimestamp")):
-                seen_at = now
+        if seen_at is None and happened(kube.pod(name)):
+            seen_at = time.monotonic()
         if uuid not in cluster_sim.live_uuids():
+            if seen_at is None and not happened(kube.pod(name)):
+                pytest.fail(f"{name}'s instance {uuid} was destroyed before its {event}")
             return 0.0 if seen_at is None else time.monotonic() - seen_at
         time.sleep(0.05)
     pytest.fail(f"{name}'s instance {uuid} still exists 120 s later")
@@ -142,6 +160,7 @@ def test_pod_deleted_a_second_after_its_grant_reclaimed_within_a_second(
     kube.apply(partition_pod("short-delete", command=["sh", "-c", "dcu-probe && sleep 3600"]))
     uuid = wait_for("short-delete's grant", lambda: granted_uuid(kube, "short-delete"), 120)
     time.sleep(1)
+    assert uuid in cluster_sim.live_uuids(), "the partition went before the pod was deleted"
     kube.delete_pod("short-delete", wait=False)
     deleted = reclaim_delay(kube, cluster_sim, "short-delete", uuid, "deletion")
     with capsys.disabled():
