@@ -2,7 +2,9 @@
 # The role tests on the oldest ansible-core the collection declares (meta/runtime.yml's
 # requires_ansible floor) and the `ansible` package release that bundles it (for kubernetes.core
 # and community.crypto at their oldest supported versions): a venv of exactly that, then pytest.
-#   bash tests/tools/floor_test.sh [PYTEST_ARGS...]    (default: tests/unit/roles)
+#   bash tests/tools/floor_test.sh [PYTEST_ARGS...]
+# (default: the role and module tests, then the simulated-node role runs with the oldest node
+# Python the role accepts)
 # The venv is kept in .build/floor-venv and reused while the floor does not change.
 set -euo pipefail
 
@@ -59,17 +61,16 @@ failed=()
 if [ $# -gt 0 ]; then
   "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 -n 2 "$@" || failed+=("pytest $*")
 else
-  for tests in tests/unit/roles/mig_node tests/unit/roles/device_plugin; do
-    log "pytest $tests on ansible-core $core"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 -n 2 "$tests" || failed+=("$tests")
-  done
+  log "pytest tests/unit/roles tests/unit/plugins on ansible-core $core"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout=900 -n 2 --dist worksteal \
+    tests/unit/roles tests/unit/plugins || failed+=("role and module tests")
   if [ -z "$node_python" ]; then
     log "no python$node_floor on PATH or in ~/.pyenv: the node Python floor $node_floor is unproven here"
     failed+=("node Python $node_floor")
   else
     log "pytest test_sim_runs.py with node Python $node_python"
     HYGON_DCU_NODE_PYTHON="$node_python" "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-      --timeout=900 tests/unit/roles/mig_node/test_sim_runs.py || failed+=("node Python $node_floor")
+      --timeout=900 -n 2 tests/unit/roles/mig_node/test_sim_runs.py || failed+=("node Python $node_floor")
   fi
 fi
 log "total $((SECONDS - start))s"

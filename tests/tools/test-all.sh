@@ -129,13 +129,18 @@ image() {
   bash tests/image/run.sh
 }
 
+execution_environment() {
+  # The AWX EE built from PyPI and Debian mirrors only, and enable_mig run inside it.
+  bash tests/tools/ee_test.sh
+}
+
 install_offline() {
   bash tests/tools/install_test.sh
 }
 
 ansible_floor() {
-  # The role tests proven on the floor (the device_plugin ones are not yet: see docs/install.md).
-  bash tests/tools/floor_test.sh tests/unit/roles/mig_node
+  # The role and module tests on the oldest ansible-core declared, and the oldest node Python.
+  bash tests/tools/floor_test.sh
 }
 
 cluster() {
@@ -163,6 +168,7 @@ stage galaxy-importer importer
 stage install install_offline
 stage floor ansible_floor
 stage image image
+stage ee execution_environment
 # The real-cluster tier runs when named (`test-all.sh cluster`): its end-to-end checks are not
 # yet proven green on a clean machine, and a default run must stay within CI's time.
 if [[ " ${selected[*]} " == *" cluster "* ]]; then

@@ -87,6 +87,22 @@ class KubeApiError(Exception):
     """The API server could not be asked (network, auth); nothing can be concluded."""
 
 
+_NOT_FOUND_RAISES = object()
+
+
+def _request(what: str, call: Callable[[], Any], not_found: Any = _NOT_FOUND_RAISES) -> Any:
+    """One API call. Every failure becomes a KubeApiError naming what was asked; a 404 is the
+    answer ``not_found`` when the caller gave one (the object is gone, which says something)."""
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status == 404 and not_found is not _NOT_FOUND_RAISES:
+            return not_found
+        raise KubeApiError(f"{what}: HTTP {exc.status} {exc.reason}") from exc
+    except Exception as exc:
+        raise KubeApiError(f"{what}: {exc}") from exc
+
+
 class KubeApi(Protocol):
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The pod, or None when the API server confirms it does not exist."""
@@ -163,29 +179,20 @@ class KubernetesApi:
         self._timeout = timeout
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
-        try:
-            obj = self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise KubeApiError(
-                f"get pod {namespace}/{name}: HTTP {exc.status} {exc.reason}"
-            ) from exc
-        except Exception as exc:
-            raise KubeApiError(f"get pod {namespace}/{name}: {exc}") from exc
-        return pod_from_api(obj)
+        obj = _request(
+            f"get pod {namespace}/{name}",
+            lambda: self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout),
+            not_found=None,
+        )
+        return None if obj is None else pod_from_api(obj)
 
     def list_node_pods(self, node_name: str) -> list[Pod]:
-        try:
-            result = self._core.list_pod_for_all_namespaces(
+        result = _request(
+            f"list pods on node {node_name}",
+            lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node_name}", _request_timeout=self._timeout
-            )
-        except ApiException as exc:
-            raise KubeApiError(
-                f"list pods on node {node_name}: HTTP {exc.status} {exc.reason}"
-            ) from exc
-        except Exception as exc:
-            raise KubeApiError(f"list pods on node {node_name}: {exc}") from exc
+            ),
+        )
         return [pod_from_api(item) for item in result.items]
 
     def annotate_pod(
@@ -194,29 +201,22 @@ class KubernetesApi:
         # The uid in the patch makes the API server refuse it if the name now belongs to a
         # different pod (uid is immutable).
         body = {"metadata": {"uid": uid, "annotations": annotations}}
-        try:
-            self._core.patch_namespaced_pod(name, namespace, body, _request_timeout=self._timeout)
-        except ApiException as exc:
-            raise KubeApiError(
-                f"annotate pod {namespace}/{name}: HTTP {exc.status} {exc.reason}"
-            ) from exc
-        except Exception as exc:
-            raise KubeApiError(f"annotate pod {namespace}/{name}: {exc}") from exc
+        _request(
+            f"annotate pod {namespace}/{name}",
+            lambda: self._core.patch_namespaced_pod(
+                name, namespace, body, _request_timeout=self._timeout
+            ),
+        )
 
     def delete_pod_with_uid(self, pod: PodRef) -> None:
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid))
-        try:
-            self._core.delete_namespaced_pod(
+        _request(
+            f"delete pod {pod.namespace}/{pod.name}",
+            lambda: self._core.delete_namespaced_pod(
                 pod.name, pod.namespace, body=body, _request_timeout=self._timeout
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return
-            raise KubeApiError(
-                f"delete pod {pod.namespace}/{pod.name}: HTTP {exc.status} {exc.reason}"
-            ) from exc
-        except Exception as exc:
-            raise KubeApiError(f"delete pod {pod.namespace}/{pod.name}: {exc}") from exc
+            ),
+            not_found=None,  # already gone: what the delete wanted
+        )
 
     def create_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
         now = datetime.now(UTC)
@@ -235,14 +235,12 @@ class KubernetesApi:
             last_timestamp=now,
             count=1,
         )
-        try:
-            self._core.create_namespaced_event(pod.namespace, body, _request_timeout=self._timeout)
-        except ApiException as exc:
-            raise KubeApiError(
-                f"event on pod {pod.namespace}/{pod.name}: HTTP {exc.status} {exc.reason}"
-            ) from exc
-        except Exception as exc:
-            raise KubeApiError(f"event on pod {pod.namespace}/{pod.name}: {exc}") from exc
+        _request(
+            f"event on pod {pod.namespace}/{pod.name}",
+            lambda: self._core.create_namespaced_event(
+                pod.namespace, body, _request_timeout=self._timeout
+            ),
+        )
 
     def watch_pods(
         self, node_name: str, on_event: Callable[[PodEvent], None], stop: threading.Event

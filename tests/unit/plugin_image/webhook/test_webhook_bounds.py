@@ -264,14 +264,18 @@ def test_connections_over_the_cap_are_closed_at_once_and_the_server_recovers(
         finally:
             for connection in holders + extra:
                 connection.close()
-        # The slots come back once the holders are gone; a normal review is answered.
+        # The slots come back once the holders are gone; a normal review is answered. A try
+        # made before the server saw the holders close is refused too, and counted.
         deadline = time.monotonic() + 20
+        refused_retries = 0
         while True:
             try:
                 status, answer = running.review(admission_review(pod(container("a"))))
                 break
             except (ssl.SSLError, ConnectionError):
                 assert time.monotonic() < deadline, "the server never took connections again"
+                refused_retries += 1
                 time.sleep(0.1)
         assert (status, answer["response"]["allowed"]) == (200, True)
-        assert running.metric("hygon_dcu_admission_connections_refused_total") == 3
+        refused = running.metric("hygon_dcu_admission_connections_refused_total")
+        assert refused == 3 + refused_retries

@@ -50,11 +50,17 @@ def test_every_entry_point_has_its_task_file_and_documents_every_default() -> No
 def test_execution_environment_definition_is_accepted_by_ansible_builder(
     tmp_path: Path,
 ) -> None:
-    # The definition refers to ../../.build/ee-collection: lay the same tree out in tmp_path.
+    # The definition refers to ../ee-*.{txt,yml} and ../../.build/ee-collection: lay the same
+    # tree out in tmp_path.
     ee_dir = tmp_path / "meta" / "ee"
     ee_dir.mkdir(parents=True)
     definition = yaml.safe_load((REPO / "meta" / "ee" / "execution-environment.yml").read_text())
-    for name in (definition["dependencies"]["galaxy"], definition["dependencies"]["python"]):
+    sources = [definition["dependencies"]["python"]] + [
+        entry["src"]
+        for entry in definition["additional_build_files"]
+        if not entry["src"].startswith("../../.build/")
+    ]
+    for name in sources:
         shutil.copy((REPO / "meta" / "ee" / name).resolve(), (ee_dir / name).resolve())
     shutil.copy(REPO / "meta" / "ee" / "execution-environment.yml", ee_dir)
     built = run(
@@ -85,14 +91,26 @@ def test_execution_environment_definition_is_accepted_by_ansible_builder(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     containerfile = (tmp_path / "context" / "Containerfile").read_text()
     assert f'ARG EE_BASE_IMAGE="{definition["images"]["base_image"]["name"]}"' in containerfile
+    # Offline: no Galaxy stage, no mirror of this or any machine in the file (a site passes
+    # its PyPI index as a build arg, its Debian mirror through the base image).
+    assert "galaxy" not in definition["dependencies"]
+    assert "AS galaxy" not in containerfile
+    assert not re.search(r"https?://", containerfile)
+    assert "ARG PIP_INDEX_URL=" in containerfile
+    # Debian: apt-get behind ansible-builder's package-manager interface, in the context.
+    pkgmgr = definition["options"]["package_manager_path"]
+    assert f'ARG PKGMGR="{pkgmgr}"' in containerfile
+    assert (tmp_path / "context" / "_build" / "hygon-ee" / Path(pkgmgr).name).is_file()
     assert "ansible-galaxy collection install --offline --no-deps" in containerfile
+    assert "bundled_collections.py extract" in containerfile
+    assert "bundled_collections.py check" in containerfile
     assert list((tmp_path / "context" / "_build" / "hygon-dcu").glob("hygon-dcu-*.tar.gz"))
     requirements = yaml.safe_load(
-        (tmp_path / "context" / "_build" / "requirements.yml").read_text()
+        (tmp_path / "context" / "_build" / "hygon-ee" / "ee-collections.yml").read_text()
     )
-    # The EE carries exactly the collections galaxy.yml declares.
+    # The EE carries exactly the collections galaxy.yml declares, at the same floors.
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
-    assert [c["name"] for c in requirements["collections"]] == list(galaxy["dependencies"])
+    assert {c["name"]: c["version"] for c in requirements["collections"]} == galaxy["dependencies"]
 
 
 @pytest.mark.parametrize("scenario", ["default", "cluster"])
