@@ -39,6 +39,38 @@ stage() {
   return 0
 }
 
+# background NAME CMD...: run CMD (which calls stage) beside the next stages: image builds wait
+# on mirrors and disk more than on the CPU. Its output goes to a log that join_background
+# prints, with its stage lines and times, when it is done.
+background_pid=""
+background_log="$repo/.build/background.log"
+background() {
+  local name=$1; shift
+  mkdir -p "$(dirname "$background_log")"
+  log "$name: started in the background (its output follows at the end)"
+  # shellcheck disable=SC2030  # the subshell's own summary, handed back through a file
+  (
+    summary=() failed=()
+    "$@"
+    : >"$background_log.summary"
+    [ ${#summary[@]} -eq 0 ] || printf '%s\n' "${summary[@]}" >"$background_log.summary"
+  ) >"$background_log" 2>&1 &
+  background_pid=$!
+}
+
+join_background() {
+  [ -n "$background_pid" ] || return 0
+  log "waiting for the background stages"
+  wait "$background_pid"
+  cat "$background_log"
+  local line
+  # shellcheck disable=SC2031  # the parent's summary: the background's comes from its file
+  while IFS= read -r line; do
+    summary+=("$line")
+    [[ "$line" == FAILED* ]] && failed+=("${line##* }")
+  done <"$background_log.summary"
+}
+
 # setup NAME CMD...: a stage everything else needs; its failure ends the run.
 setup() {
   local name=$1; shift
@@ -134,6 +166,11 @@ execution_environment() {
   bash tests/tools/ee_test.sh
 }
 
+image_stages() {
+  stage image image
+  stage ee execution_environment
+}
+
 install_offline() {
   bash tests/tools/install_test.sh
 }
@@ -158,6 +195,9 @@ stage simulator simulator_build
 stage ruff ruff_check
 stage mypy mypy_check
 stage yamllint yamllint_check
+# The images (device-plugin image, then the AWX EE, which reuses its base image) build while
+# the Python stages run.
+background images image_stages
 stage pytest pytest_run
 stage sanity sanity
 stage integration integration
@@ -167,8 +207,7 @@ stage build artifact
 stage galaxy-importer importer
 stage install install_offline
 stage floor ansible_floor
-stage image image
-stage ee execution_environment
+join_background
 # The real-cluster tier runs when named (`test-all.sh cluster`): its end-to-end checks are not
 # yet proven green on a clean machine, and a default run must stay within CI's time.
 if [[ " ${selected[*]} " == *" cluster "* ]]; then

@@ -59,7 +59,7 @@ def test_a_terminating_pod_still_using_its_partition_keeps_it_until_it_stops(
     (instance,) = harness.node.instances()
     with holding(harness, response.envs["DMI_MIG_VISIBLE_DEVICE"]):
         harness.kube.mark_deleting("default", "leaving")
-        for _ in range(2):
+        for _pass in range(2):
             report = harness.reclaimer.run_pass()
             assert report.in_use == [instance.uuid]
         assert len(harness.node.instances()) == 1

@@ -100,6 +100,9 @@ class FakeCluster:
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pdb_refusals: dict[str, int | None] = field(default_factory=dict)
     eviction_attempts: dict[str, int] = field(default_factory=dict)
+    # An evicted pod named here stays listed, terminating, for that many pod listings (a
+    # workload that takes a while to stop).
+    stopping_lists: dict[str, int] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     plugin_starts: int = 0
     plugin_deployed: bool = True
@@ -439,6 +442,7 @@ class FakeCluster:
             namespace, rest = rest[1], rest[2:]
         if rest[:1] == ["pods"]:
             if len(rest) == 1:
+                self._stop_terminating_pods()
                 items = [
                     copy.deepcopy(pod)
                     for (ns, _ignored), pod in sorted(self.pods.items())
@@ -483,8 +487,19 @@ class FakeCluster:
                     "TooManyRequests",
                     "Cannot evict pod as it would violate the pod's disruption budget.",
                 )
-        self._delete_pod(key)
+        if self.stopping_lists.get(name):
+            self.pods[key]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        else:
+            self._delete_pod(key)
         return 201, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    def _stop_terminating_pods(self) -> None:
+        """One listing more for each terminating pod; those whose time is up go."""
+        for key, pod in list(self.pods.items()):
+            if "deletionTimestamp" in pod["metadata"]:
+                self.stopping_lists[key[1]] -= 1
+                if self.stopping_lists[key[1]] <= 0:
+                    self._delete_pod(key)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -204,6 +204,7 @@ def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys
     for cluster in running(FakeCluster(sim_node)):
         cluster.add_pod("trainer", limits={"hygon.com/dcu.partitioned": "1"})
         cluster.add_pod("web", limits={"cpu": "1"})
+        cluster.stopping_lists["web"] = 3  # takes a while to stop: the wait says so each poll
         assert cluster.served_mode() == "enabled"
 
         run = run_playbook(
@@ -211,6 +212,7 @@ def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys
         )
 
         assert run.returncode == 0, run.output
+        assert "RETRYING: [localhost]: Wait until the drained pods are gone" in run.output
         assert [key for key in cluster.pods if key[0] == "ml"] == []
         assert cluster.plugin_starts == 2
         assert cluster.served_mode() == "disabled"
