@@ -34,11 +34,8 @@ base=${HYGON_DCU_EE_BASE:-localhost/debian:bookworm}
 : "${CONTAINERS_CONF:=$repo/plugin_image/containers.conf}"
 export CONTAINERS_CONF
 
-log() { printf '[ee_test %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-fail() { log "FAILED: $*"; exit 1; }
-step_start=$SECONDS
-step() { step_name=$1; step_start=$SECONDS; log "step $step_name: start"; }
-done_step() { log "step $step_name: ok ($((SECONDS - step_start))s)"; }
+# shellcheck source=tests/tools/steps.sh
+source "$repo/tests/tools/steps.sh"
 
 containers=()
 cleanup() {
@@ -115,14 +112,9 @@ rm -rf "$node"
 "$repo/tests/simulator/simnode" init "$node" >/dev/null || fail "simnode init failed"
 done_step
 
-# The inventory variables of tests/tools/install_test.sh: the role's host root, library and
-# hy-smi (through PATH) are the simulator's. The node root and the simulator's build directory
-# (the node's library symlinks point there) are mounted at the same paths.
-node_args=(-i "localhost," -c local -e target=localhost -e ansible_python_interpreter=/usr/bin/python3
-           -e hygon_dcu_manage_kubernetes=false -e "hygon_dcu_host_root=$node"
-           -e "hygon_dcu_library_path=$node/opt/hyhal/lib/libhydmi_mig.so.1"
-           -e "{\"hygon_dcu_environment\": {\"HYDMI_SIM_ROOT\": \"$node\",
-                \"PATH\": \"$node/opt/hyhal/bin:/usr/bin:/bin\"}}")
+# The node root and the simulator's build directory (the node's library symlinks point there)
+# are mounted at the same paths in the container.
+sim_node_inventory "$node"
 run_count=0
 in_ee() {  # in_ee LOG PLAYBOOK: ansible-playbook PLAYBOOK in a fresh EE container
   local out=$1 playbook=$2 name
@@ -140,28 +132,25 @@ recap() { grep -A3 '^PLAY RECAP' "$1" | grep -E 'ok=[0-9]+' | sed 's/^/    /'; }
 changed() { grep -A3 '^PLAY RECAP' "$1" | grep -oE 'changed=[0-9]+' | head -1 | cut -d= -f2; }
 mode() { "$repo/tests/simulator/simnode" status "$node" | awk '$1 == "mode:" { print $2 }'; }
 
-step "hygon.dcu.enable_mig in the EE"
-in_ee "$work/enable_mig.log" hygon.dcu.enable_mig \
-  || { tail -40 "$work/enable_mig.log"; fail "enable_mig failed in the EE (log: $work/enable_mig.log)"; }
-recap "$work/enable_mig.log"
-[ "$(mode)" = enabled ] || fail "enable_mig exited 0 but the simulated node's mode is $(mode)"
-done_step
+# in_ee_step LABEL PLAYBOOK MODE [idempotent]: PLAYBOOK in the EE; the node's mode must then be
+# MODE, and with "idempotent" the run must have changed nothing.
+in_ee_step() {
+  local label=$1 playbook=$2 want=$3 idempotent=${4:-} out again
+  out="$work/$label.log"
+  step "$playbook in the EE ($label)"
+  in_ee "$out" "$playbook" || { tail -40 "$out"; fail "$playbook failed in the EE (log: $out)"; }
+  recap "$out"
+  if [ -n "$idempotent" ]; then
+    again=$(changed "$out")
+    [ -n "$again" ] || fail "no PLAY RECAP in $out"
+    [ "$again" = 0 ] || fail "$playbook changed $again task(s) on a second run: not idempotent (log: $out)"
+  fi
+  [ "$(mode)" = "$want" ] || fail "$playbook exited 0 but the simulated node's mode is $(mode)"
+  done_step
+}
 
-step "hygon.dcu.enable_mig in the EE again (idempotence)"
-in_ee "$work/enable_mig-again.log" hygon.dcu.enable_mig \
-  || { tail -40 "$work/enable_mig-again.log"; fail "the second enable_mig failed (log: $work/enable_mig-again.log)"; }
-recap "$work/enable_mig-again.log"
-again=$(changed "$work/enable_mig-again.log")
-[ -n "$again" ] || fail "no PLAY RECAP in $work/enable_mig-again.log"
-[ "$again" = 0 ] || fail "the second enable_mig changed $again task(s): not idempotent (log: $work/enable_mig-again.log)"
-[ "$(mode)" = enabled ] || fail "the second enable_mig left the mode $(mode)"
-done_step
-
-step "hygon.dcu.disable_mig in the EE"
-in_ee "$work/disable_mig.log" hygon.dcu.disable_mig \
-  || { tail -40 "$work/disable_mig.log"; fail "disable_mig failed in the EE (log: $work/disable_mig.log)"; }
-recap "$work/disable_mig.log"
-[ "$(mode)" = disabled ] || fail "disable_mig exited 0 but the simulated node's mode is $(mode)"
-done_step
+in_ee_step enable_mig hygon.dcu.enable_mig enabled
+in_ee_step enable_mig-again hygon.dcu.enable_mig enabled idempotent
+in_ee_step disable_mig hygon.dcu.disable_mig disabled
 
 log "ok: $tag ($((size / 1048576)) MiB) ran enable_mig (twice) and disable_mig offline; total $((SECONDS))s (work dir $work)"

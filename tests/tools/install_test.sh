@@ -14,12 +14,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=${1:-$(mktemp -d "${TMPDIR:-/tmp}/hygon-dcu-install.XXXXXX")}
 mkdir -p "$work"
 work=$(cd "$work" && pwd)
-log() { printf '[install_test %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
-fail() { log "FAILED: $*"; exit 1; }
-
-step_start=$SECONDS
-step() { step_name=$1; step_start=$SECONDS; log "step $step_name: start"; }
-done_step() { log "step $step_name: ok ($((SECONDS - step_start))s)"; }
+# shellcheck source=tests/tools/steps.sh
+source "$repo/tests/tools/steps.sh"
 
 # The fenced sh block right after the <!-- install-commands --> marker of a markdown file.
 install_block() {
@@ -78,11 +74,7 @@ rm -rf "$node"
 "$repo/tests/simulator/simnode" init "$node" >/dev/null
 done_step
 
-node_args=(-i "localhost," -c local -e target=localhost -e ansible_python_interpreter=/usr/bin/python3
-           -e hygon_dcu_manage_kubernetes=false -e "hygon_dcu_host_root=$node"
-           -e "hygon_dcu_library_path=$node/opt/hyhal/lib/libhydmi_mig.so.1"
-           -e "{\"hygon_dcu_environment\": {\"HYDMI_SIM_ROOT\": \"$node\",
-                \"PATH\": \"$node/opt/hyhal/bin:/usr/bin:/bin\"}}")
+sim_node_inventory "$node"
 
 step "hygon.dcu.enable_mig on the simulated node"
 run_installed ansible-playbook hygon.dcu.enable_mig "${node_args[@]}" >"$work/enable_mig.log" 2>&1 \
