@@ -18,7 +18,7 @@ minor=$(cut -d. -f2 <<<"$core")
 # ansible N.0.0 is the first release on ansible-core 2.(N+7): 11 on 2.18, 12 on 2.19.
 bundle="$((minor - 7)).0.0"
 venv="$repo/.build/floor-venv"
-stamp="ansible-core==$core ansible==$bundle pytest-xdist"
+stamp="ansible-core==$core ansible==$bundle pytest-xdist hypothesis"
 
 start=$SECONDS
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/floor" 2>/dev/null)" != "$stamp" ]; then
@@ -32,7 +32,7 @@ print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]
     plugin_image/pyproject.toml)
   "$venv/bin/pip" install -q --disable-pip-version-check \
     "ansible-core==$core" "ansible==$bundle" \
-    pytest pytest-timeout pytest-xdist pyyaml kubernetes kubernetes-validate cryptography cel-python \
+    pytest pytest-timeout pytest-xdist hypothesis pyyaml kubernetes kubernetes-validate cryptography cel-python \
     ansible-builder "${runtime_deps[@]}" >"$venv/pip.log" 2>&1 \
     || { grep -v "is ignored: it is neither" "$venv/pip.log"; log "pip install failed"; exit 1; }
   "$venv/bin/python" -c "import ansible.release, sys; sys.exit(ansible.release.__version__ != sys.argv[1])" "$core" \

@@ -28,11 +28,12 @@ def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
         monkeypatch.setattr(
             basic, "_ANSIBLE_ARGS", json.dumps({"ANSIBLE_MODULE_ARGS": payload}).encode()
         )
-        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy")
+        # ansible-core 2.19 reads the serialization profile from here; 2.18 has none.
+        monkeypatch.setattr(basic, "_ANSIBLE_PROFILE", "legacy", raising=False)
         # Warnings are process-global in ansible-core: each in-process run starts with none,
-        # as a real module process does.
-        monkeypatch.setattr(ansible_warnings, "_global_warnings", {})
-        monkeypatch.setattr(ansible_warnings, "_global_deprecations", {})
+        # as a real module process does (a list in 2.18, a dict from 2.19).
+        for name in ("_global_warnings", "_global_deprecations"):
+            monkeypatch.setattr(ansible_warnings, name, type(getattr(ansible_warnings, name))())
         capsys.readouterr()
         with pytest.raises(SystemExit):
             module.main()
