@@ -4,6 +4,10 @@ The plugin's own code is not touched: for the length of a benchmark, the class m
 reach the management library, the node lock and the kubelet are wrapped, and each wrapper adds
 its time to the calling thread's ledger. A gRPC server thread runs one Allocate at a time, so
 the ledger of that thread during the call is the call's breakdown.
+
+The methods are wrapped by name, so a renamed or moved method would leave its time uncounted
+without a word: installing the ledger raises `MissingMethod` instead, naming the class and the
+method.
 """
 
 from __future__ import annotations
@@ -23,6 +27,24 @@ from hygon_dcu_plugin.locks import Locks
 from hygon_dcu_plugin.podresources import PodResourcesClient
 from hygon_dcu_plugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.runtime import Runtime
+
+
+class MissingMethod(RuntimeError):
+    """A method the ledger wraps is not defined on its class any more."""
+
+    def __init__(self, owner: type, name: str) -> None:
+        super().__init__(
+            f"bench/instrument.py wraps {owner.__module__}.{owner.__qualname__}.{name}, but "
+            f"class {owner.__qualname__} defines no method {name!r}: update bench/instrument.py"
+        )
+
+
+def own_method(owner: type, name: str) -> Any:
+    """The method `name` as defined on `owner` itself (not inherited), or MissingMethod."""
+    found = owner.__dict__.get(name)
+    if not callable(found):
+        raise MissingMethod(owner, name)
+    return found
 
 
 @dataclass(frozen=True)
@@ -89,7 +111,7 @@ class Ledger:
         originals: list[tuple[type, str, Any]] = []
 
         def patch(owner: type, name: str, make: Callable[[Any], Any]) -> None:
-            original = owner.__dict__[name]
+            original = own_method(owner, name)
             originals.append((owner, name, original))
             setattr(owner, name, functools.wraps(original)(make(original)))
 
@@ -167,15 +189,16 @@ class Ledger:
 
             return wrap
 
-        patch(HydmiLibrary, "call", timed_library)
-        patch(PodResourcesClient, "list", timed_list)
-        patch(Locks, "node", timed_node_lock)
-        patch(Runtime, "refresh", timed_refresh)
-        patch(Node, "create", changed("create"))
-        patch(Node, "destroy", changed("destroy"))
-        patch(Allocator, "allocate", measured(self.allocates))
-        patch(Reclaimer, "run_pass", measured(self.passes))
         try:
+            # Inside the try: if one is missing, the ones already wrapped are put back.
+            patch(HydmiLibrary, "call", timed_library)
+            patch(PodResourcesClient, "list", timed_list)
+            patch(Locks, "node", timed_node_lock)
+            patch(Runtime, "refresh", timed_refresh)
+            patch(Node, "create", changed("create"))
+            patch(Node, "destroy", changed("destroy"))
+            patch(Allocator, "allocate", measured(self.allocates))
+            patch(Reclaimer, "run_pass", measured(self.passes))
             yield self
         finally:
             for owner, name, original in reversed(originals):

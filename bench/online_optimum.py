@@ -11,9 +11,7 @@ Relative value iteration on the uniformised chain gives the highest long-run acc
 placement rule that sees the live instances (but not the future) can reach, with a proven
 bracket (for any bias vector h, min(Th - h) <= optimal gain <= max(Th - h)), and a rule that
 reaches it. The same chain with a fixed rule gives that rule's exact long-run acceptance, so
-ours is measured against the optimum without sampling noise. For short streams that start on
-an empty node, `expected_accepted` gives the exact expectation instead, for the best online rule
-(which may also use how many requests are left) and for a fixed one. A rule here acts on a canonical
+ours is measured against the optimum without sampling noise. A rule here acts on a canonical
 node (cards in layout order), so where ours ranks two cards equal, the tie goes as the canonical
 order says rather than by card index; ours is otherwise the plugin's `choose()` unchanged.
 
@@ -23,6 +21,7 @@ c3000-bw has 11 card layouts up to symmetry, so an 8-card node has 43,758 states
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,9 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hygon_dcu_plugin.placement import CardView, free_placements, occupied_by
-from scipy.sparse import csr_matrix
 
-from .optimum import card_layouts, symmetries
 from .policies import Policy
 from .replay import Live
 from .tables import CardModel
@@ -45,6 +42,67 @@ MAX_ITERATIONS = 200_000
 
 class StateSpaceTooLarge(Exception):
     """The node has more states than the chain may enumerate."""
+
+
+def card_layouts(card: CardModel) -> set[CardLayout]:
+    """Every set of legal placements, each (first slice, slice count), that share no slice:
+    what one card can hold at once."""
+    spans = sorted({(q.start, q.size) for p in card.profiles for q in p.placements})
+    found: set[CardLayout] = set()
+
+    def grow(i: int, used: frozenset[int], chosen: CardLayout) -> None:
+        if i == len(spans):
+            found.add(chosen)
+            return
+        grow(i + 1, used, chosen)
+        start, size = spans[i]
+        slots = frozenset(range(start, start + size))
+        if not slots & used:
+            grow(i + 1, used | slots, tuple(sorted((*chosen, spans[i]))))
+
+    grow(0, frozenset(), ())
+    return found
+
+
+@functools.cache
+def symmetries(card: CardModel) -> tuple[tuple[int, ...], ...]:
+    """Permutations of a card's slices that map every profile's legal placements onto
+    themselves (found by brute force; cards have few slices). Identity only beyond 8."""
+    n = card.slice_count
+    if n > 8:
+        return (tuple(range(n)),)
+    tables = [
+        frozenset(frozenset(range(q.start, q.start + q.size)) for q in p.placements)
+        for p in card.profiles
+    ]
+    return tuple(
+        perm
+        for perm in itertools.permutations(range(n))
+        if all(
+            frozenset(frozenset(perm[i] for i in block) for block in table) == table
+            for table in tables
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A sparse square matrix of transition rates as three numpy arrays (entry k: `rate[k]`
+    from state `source[k]` to state `target[k]`; repeated pairs add up)."""
+
+    source: np.ndarray
+    target: np.ndarray
+    rate: np.ndarray
+    size: int
+
+    def __matmul__(self, vector: np.ndarray) -> np.ndarray:
+        """Per source state, the rate-weighted sum of `vector` over its targets."""
+        weighted = self.rate * vector[self.target]
+        return np.bincount(self.source, weights=weighted, minlength=self.size)
+
+    def totals(self) -> np.ndarray:
+        """Each state's total rate out."""
+        return np.bincount(self.source, weights=self.rate, minlength=self.size)
 
 
 @dataclass(frozen=True)
@@ -85,9 +143,7 @@ class NodeChain:
         self.rates = [rates.get(p.name, 0.0) for p in self.profiles]
         self.offered = sum(self.rates)
         self._symmetries = symmetries(card)
-        self.layouts = sorted(
-            {self.canonical((s, n) for _profile, s, n in layout) for layout in card_layouts(card)}
-        )
+        self.layouts = sorted({self.canonical(layout) for layout in card_layouts(card)})
         self._layout_ids = {layout: i for i, layout in enumerate(self.layouts)}
         count = math.comb(len(self.layouts) + cards - 1, cards)
         if count > max_states:
@@ -152,7 +208,7 @@ class NodeChain:
             out[i, : len(row)] = row
         return out
 
-    def _departures(self) -> tuple[csr_matrix, np.ndarray]:
+    def _departures(self) -> tuple[Rates, np.ndarray]:
         """Rates from each state to each state one departure away, and each state's total."""
         ends: list[dict[int, int]] = []  # per layout: layout after one instance ends -> ways
         for live in self.layouts:
@@ -171,9 +227,13 @@ class NodeChain:
                     source.append(index)
                     target.append(self.replaced(state, state.index(layout), after))
                     rate.append(cards * instances / MEAN_DURATION)
-        size = len(self.states)
-        matrix = csr_matrix((rate, (source, target)), shape=(size, size))
-        return matrix, np.asarray(matrix.sum(axis=1)).ravel()
+        matrix = Rates(
+            np.asarray(source, dtype=np.int64),
+            np.asarray(target, dtype=np.int64),
+            np.asarray(rate, dtype=np.float64),
+            len(self.states),
+        )
+        return matrix, matrix.totals()
 
     def views(self, state: tuple[int, ...]) -> list[CardView]:
         """The canonical node of a state, as a placement rule sees it."""
@@ -237,35 +297,6 @@ def decisions(chain: NodeChain, policy: Policy) -> list[np.ndarray]:
 def evaluate(chain: NodeChain, policy: Policy, tolerance: float = 1e-6) -> Gain:
     """A placement policy's exact long-run gain, the policy deciding on each canonical node."""
     return solve(chain, decisions(chain, policy), tolerance)[0]
-
-
-def expected_accepted(chain: NodeChain, choices: Sequence[np.ndarray], requests: int) -> float:
-    """Expected requests accepted of a stream of `requests` that starts on an empty node, the
-    best of `choices` taken at every arrival. With the chain's own choices this is the best any
-    online rule can do on such a stream, even one that knows how many requests are left.
-
-    Dynamic programming over (state, arrivals left): from a state, the next event is an arrival
-    (then the choice, with one arrival fewer left) or a departure (a state with one instance
-    fewer, solved first, since states are taken in order of live instances)."""
-    arriving = sum(chain.rates)
-    live = np.array([sum(len(chain.layouts[k]) for k in state) for state in chain.states])
-    levels = [np.flatnonzero(live == count) for count in range(int(live.max()) + 1)]
-    after = np.zeros(len(chain.states))  # value with no arrival left
-    for _left in range(requests):
-        arrival = np.zeros(len(chain.states))
-        for rate, options in zip(chain.rates, choices, strict=True):
-            reachable = np.where(options >= 0, after[np.maximum(options, 0)], -np.inf)
-            taken = np.where(options[:, 0] >= 0, reachable.max(axis=1) + 1.0, after)
-            arrival += rate / arriving * taken
-        value = np.zeros(len(chain.states))
-        for level in levels:
-            departing = chain.departures[level] @ value
-            value[level] = (arriving * arrival[level] + departing) / (
-                arriving + chain.leaving[level]
-            )
-        after = value
-    empty = chain.state_id([chain.layout_id(())] * chain.cards)
-    return float(after[empty])
 
 
 class OptimalRule:

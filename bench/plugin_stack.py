@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .instrument import own_method
 from .tables import REPO, SIMULATOR, simulated_node
 
 # The kubelet emulator and in-memory API server are test infrastructure of the plugin.
@@ -97,7 +98,9 @@ class PluginStack:
         self.kubelet = KubeletEmulator(
             self.settings.device_plugin_dir, self.settings.pod_resources_socket
         )
-        # Time-stamp every ListAndWatch message the kubelet receives.
+        # Time-stamp every ListAndWatch message the kubelet receives (replacing its hook by
+        # name: fail loudly rather than time nothing if the emulator renames it).
+        own_method(KubeletEmulator, "_notify")
         self.kubelet._notify = self._on_update
         self.kubelet.start()
         self._closers.append(self.kubelet.stop)

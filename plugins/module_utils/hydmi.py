@@ -3,7 +3,7 @@
 """ctypes binding to the vendor's partition management library, ``libhydmi_mig``.
 
 The library exports NVML's symbol names with its own struct layouts, so nothing here may come
-from an NVML binding: the structs below follow the vendor header as recorded in hardware.md.
+from an NVML binding: the structs below follow the vendor header (docs/dev/hardware.md).
 Loading the library is its init (there is no init/shutdown call). Every symbol is resolved on
 the one RTLD_LOCAL handle the first time it is called; a missing symbol fails that call only.
 """
@@ -59,8 +59,6 @@ UNUSABLE_CODES = frozenset(
     {LIBRARY_NOT_FOUND, FUNCTION_NOT_FOUND, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH}
 )
 
-MIG_MODE_DISABLE = 0
-MIG_MODE_ENABLE = 1
 COMPUTE_ENGINE_PROFILE_SHARED = 0
 
 # The vendor's array queries fill a caller buffer; 32 entries cover every measured card.
@@ -117,7 +115,7 @@ def error_for(call: str, code: int, detail: str = "") -> HydmiError:
     return HydmiError(call, code, detail)
 
 
-# Struct layouts, C order, ``unsigned int`` unless noted (hardware.md "Struct layouts").
+# Struct layouts, C order, ``unsigned int`` unless noted (docs/dev/hardware.md, "Library").
 class GpuInstanceProfileInfo(ctypes.Structure):
     _fields_ = (
         ("id", ctypes.c_uint),
@@ -174,28 +172,6 @@ class DeviceAttributes(ctypes.Structure):
     )
 
 
-class MemoryInfo(ctypes.Structure):
-    _fields_ = (
-        ("total", ctypes.c_ulonglong),
-        ("free", ctypes.c_ulonglong),
-        ("used", ctypes.c_ulonglong),
-    )
-
-
-class Utilization(ctypes.Structure):
-    _fields_ = (("gpu", ctypes.c_uint), ("memory", ctypes.c_uint))
-
-
-class PciInfo(ctypes.Structure):
-    _fields_ = (
-        ("domain", ctypes.c_uint),
-        ("bus", ctypes.c_uint),
-        ("device", ctypes.c_uint),
-        ("function", ctypes.c_uint),
-        ("bus_id", ctypes.c_char * 32),
-    )
-
-
 _P = ctypes.POINTER
 _HANDLE = ctypes.c_void_p
 _UINT = ctypes.c_uint
@@ -203,18 +179,11 @@ _UINT = ctypes.c_uint
 # Every symbol we call, with its argument types. Handles are c_void_p so 64-bit pointers survive.
 SIGNATURES: dict[str, tuple[Any, ...]] = {
     "nvmlGetSystemMigMode": (_P(_UINT), _P(_UINT)),
-    "nvmlSetSystemMigMode": (_UINT, _P(ctypes.c_int)),
     "nvmlDeviceGetCount": (_P(_UINT),),
     "nvmlDeviceGetHandleByIndex": (_UINT, _P(_HANDLE)),
     "nvmlDeviceGetHandleByPciBusId": (ctypes.c_char_p, _P(_HANDLE)),
     "nvmlDeviceGetIndex": (_HANDLE, _P(_UINT)),
-    "nvmlDeviceGetName": (_HANDLE, ctypes.c_char_p, _UINT),
-    "nvmlDeviceGetUUID": (_HANDLE, ctypes.c_char_p, _UINT),
-    "nvmlDeviceGetPciInfo": (_HANDLE, _P(PciInfo)),
     "nvmlDeviceGetAttributes": (_HANDLE, _P(DeviceAttributes)),
-    "nvmlDeviceGetMemoryInfo": (_HANDLE, _P(MemoryInfo)),
-    "nvmlDeviceGetUtilizationRates": (_HANDLE, _P(Utilization)),
-    "nvmlDeviceGetMigMode": (_HANDLE, _P(_UINT), _P(_UINT)),
     "nvmlDeviceGetGpuInstanceProfileInfo": (_HANDLE, _UINT, _P(GpuInstanceProfileInfo)),
     "nvmlDeviceGetGpuInstancePossiblePlacements": (
         _HANDLE,
@@ -243,10 +212,6 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {
     "nvmlGpuInstanceDestroy": (_HANDLE,),
     "nvmlComputeInstanceGetInfo": (_HANDLE, _P(ComputeInstanceInfo)),
     "nvmlComputeInstanceDestroy": (_HANDLE,),
-    "nvmlDeviceGetMaxMigDeviceCount": (_HANDLE, _P(_UINT)),
-    "nvmlDeviceGetMigDeviceHandleByIndex": (_HANDLE, _UINT, _P(_HANDLE)),
-    "nvmlDeviceGetGpuInstanceId": (_HANDLE, _P(_UINT)),
-    "nvmlDeviceGetComputeInstanceId": (_HANDLE, _P(_UINT)),
 }
 
 
@@ -337,11 +302,6 @@ class HydmiLibrary:
         self.call("nvmlGetSystemMigMode", ctypes.byref(current), ctypes.byref(pending))
         return current.value, pending.value
 
-    def set_system_mig_mode(self, mode: int) -> int:
-        status = ctypes.c_int()
-        self.call("nvmlSetSystemMigMode", mode, ctypes.byref(status))
-        return status.value
-
     # Devices
     def device_count(self) -> int:
         count = ctypes.c_uint()
@@ -363,41 +323,10 @@ class HydmiLibrary:
         self.call("nvmlDeviceGetIndex", device, ctypes.byref(index))
         return index.value
 
-    def device_name(self, device: ctypes.c_void_p) -> str:
-        buffer = ctypes.create_string_buffer(256)
-        self.call("nvmlDeviceGetName", device, buffer, len(buffer))
-        return _text(buffer.raw)
-
-    def device_uuid(self, device: ctypes.c_void_p) -> str:
-        """Not exported by the measured library: raises FUNCTION_NOT_FOUND there."""
-        buffer = ctypes.create_string_buffer(256)
-        self.call("nvmlDeviceGetUUID", device, buffer, len(buffer))
-        return _text(buffer.raw)
-
-    def device_pci_info(self, device: ctypes.c_void_p) -> PciInfo:
-        info = PciInfo()
-        self.call("nvmlDeviceGetPciInfo", device, ctypes.byref(info))
-        return info
-
     def device_attributes(self, device: ctypes.c_void_p) -> DeviceAttributes:
         info = DeviceAttributes()
         self.call("nvmlDeviceGetAttributes", device, ctypes.byref(info))
         return info
-
-    def device_memory(self, device: ctypes.c_void_p) -> MemoryInfo:
-        info = MemoryInfo()
-        self.call("nvmlDeviceGetMemoryInfo", device, ctypes.byref(info))
-        return info
-
-    def device_utilization(self, device: ctypes.c_void_p) -> Utilization:
-        info = Utilization()
-        self.call("nvmlDeviceGetUtilizationRates", device, ctypes.byref(info))
-        return info
-
-    def device_mig_mode(self, device: ctypes.c_void_p) -> tuple[int, int]:
-        current, pending = ctypes.c_uint(), ctypes.c_uint()
-        self.call("nvmlDeviceGetMigMode", device, ctypes.byref(current), ctypes.byref(pending))
-        return current.value, pending.value
 
     # GPU instances
     def gpu_instance_profile(
@@ -495,27 +424,6 @@ class HydmiLibrary:
 
     def destroy_compute_instance(self, compute_instance: ctypes.c_void_p) -> None:
         self.call("nvmlComputeInstanceDestroy", compute_instance)
-
-    # MIG device handles (node-global index space)
-    def max_mig_device_count(self, device: ctypes.c_void_p) -> int:
-        count = ctypes.c_uint()
-        self.call("nvmlDeviceGetMaxMigDeviceCount", device, ctypes.byref(count))
-        return count.value
-
-    def mig_device_by_index(self, device: ctypes.c_void_p, index: int) -> ctypes.c_void_p:
-        handle = ctypes.c_void_p()
-        self.call("nvmlDeviceGetMigDeviceHandleByIndex", device, index, ctypes.byref(handle))
-        return handle
-
-    def mig_device_gpu_instance_id(self, mig_device: ctypes.c_void_p) -> int:
-        value = ctypes.c_uint()
-        self.call("nvmlDeviceGetGpuInstanceId", mig_device, ctypes.byref(value))
-        return value.value
-
-    def mig_device_compute_instance_id(self, mig_device: ctypes.c_void_p) -> int:
-        value = ctypes.c_uint()
-        self.call("nvmlDeviceGetComputeInstanceId", mig_device, ctypes.byref(value))
-        return value.value
 
 
 def profile_name(raw: bytes | str) -> str:

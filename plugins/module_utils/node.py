@@ -11,8 +11,10 @@ is just another root directory.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from .hostpath import host_path
 from .hydmi import (
@@ -70,14 +72,62 @@ class RegistryIncomplete(NodeError):
     """The instance was created but its conf file (and so its uuid) is missing."""
 
 
+class Span(Protocol):
+    """A placement as anyone holds it: a Placement, the library's struct, a caller's own."""
+
+    @property
+    def start(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+
+SpanT = TypeVar("SpanT", bound=Span)
+
+
+# The slice geometry: the one definition the modules' facts and the device plugin's placement
+# policy and advertised counts (plugin_image/src/hygon_dcu_plugin/placement.py) all use.
+def slices_of(start: int, size: int) -> frozenset[int]:
+    """The slices a placement at ``start`` of ``size`` slices covers."""
+    return frozenset(range(start, start + size))
+
+
+def occupied_by(spans: Iterable[tuple[int, int]]) -> frozenset[int]:
+    """The slices a set of (start, size) placements covers."""
+    taken: set[int] = set()
+    for start, size in spans:
+        taken |= slices_of(start, size)
+    return frozenset(taken)
+
+
+def _free(placements: Iterable[SpanT], occupied: AbstractSet[int]) -> list[SpanT]:
+    # Legal placements ignore what is carved, so free = legal - overlapping.
+    return [p for p in placements if occupied.isdisjoint(slices_of(p.start, p.size))]
+
+
+def free_placements(placements: Iterable[SpanT], occupied: AbstractSet[int]) -> tuple[SpanT, ...]:
+    """The placements (a profile's legal ones) that cover no occupied slice."""
+    return tuple(_free(placements, occupied))
+
+
+def fit_count(placements: Iterable[Span], occupied: AbstractSet[int]) -> int:
+    """How many more instances fit at once: the most free placements that do not overlap.
+
+    Greedy by end slice is exact for intervals, whatever the placement table looks like.
+    """
+    count = 0
+    end = -1
+    for p in sorted(_free(placements, occupied), key=lambda q: (q.start + q.size, q.start)):
+        if p.start > end:
+            count += 1
+            end = p.start + p.size - 1
+    return count
+
+
 @dataclass(frozen=True)
 class Placement:
     start: int
     size: int
-
-    @property
-    def slices(self) -> range:
-        return range(self.start, self.start + self.size)
 
     def __str__(self) -> str:
         return f"{self.start}:{self.size}"
@@ -105,7 +155,9 @@ class Card:
     healthy: bool
     error: str | None
     model: str | None = None
-    remaining: Mapping[int, int] = field(default_factory=dict)  # profile id -> still fits
+    # profile id -> instances that still fit (fit_count over occupied); empty when the live
+    # instances could not be read
+    remaining: Mapping[int, int] = field(default_factory=dict)
     occupied: frozenset[int] = frozenset()  # slices held by live GPU instances
 
     def profile(self, name_or_id: str | int) -> Profile | None:
@@ -116,11 +168,7 @@ class Card:
 
     def free_placements(self, profile: Profile) -> tuple[Placement, ...]:
         """Legal placements of ``profile`` that no live GPU instance overlaps."""
-        return tuple(
-            placement
-            for placement in profile.placements
-            if not self.occupied.intersection(placement.slices)
-        )
+        return free_placements(profile.placements, self.occupied)
 
 
 @dataclass(frozen=True)
@@ -154,6 +202,38 @@ class _LiveGpuInstance:
 def _checkpoint(checkpoint: Checkpoint | None, step: str) -> None:
     if checkpoint is not None:
         checkpoint(step)
+
+
+def _legal(
+    card_index: int,
+    profiles: tuple[Profile, ...],
+    profile: Profile | int,
+    placement: Span | int,
+) -> tuple[Profile, Placement]:
+    """The card's own profile and placement equal to those asked for, or PlacementRefused."""
+    if isinstance(profile, Profile):
+        found = next((p for p in profiles if p == profile), None)
+        asked = f"{profile.name} (id {profile.id}) as given"
+    else:
+        found = next((p for p in profiles if p.id == profile), None)
+        asked = f"id {profile}"
+    if found is None:
+        offered = ", ".join(f"{p.name} (id {p.id})" for p in profiles) or "none"
+        raise PlacementRefused(f"card {card_index} offers no profile {asked}; offered: {offered}")
+    if isinstance(placement, int):
+        chosen = next((p for p in found.placements if p.start == placement), None)
+        where = f"starting at slice {placement}"
+    else:
+        span = (placement.start, placement.size)
+        chosen = next((p for p in found.placements if (p.start, p.size) == span), None)
+        where = f"{placement.start}:{placement.size}"
+    if chosen is None:
+        legal = " ".join(str(p) for p in found.placements) or "none"
+        raise PlacementRefused(
+            f"profile {found.name} has no placement {where} on card {card_index}; "
+            f"legal placements: {legal}"
+        )
+    return found, chosen
 
 
 class Node:
@@ -206,9 +286,6 @@ class Node:
         registry = read_registry(self.host_root)
         return [self._card(index, registry) for index in range(self.library.device_count())]
 
-    def card(self, index: int) -> Card:
-        return self._card(index, read_registry(self.host_root))
-
     def _card(self, index: int, registry: Registry) -> Card:
         lib = self.library
         pci = registry.cards.get(index)
@@ -217,7 +294,7 @@ class Node:
         model: str | None = None
         profiles: tuple[Profile, ...] = ()
         remaining: dict[int, int] = {}
-        occupied: set[int] = set()
+        occupied: frozenset[int] = frozenset()
         try:
             device = lib.device_by_index(index)
             if pci is not None:
@@ -228,11 +305,12 @@ class Node:
             memory_mib = attributes.memory_size_MB
             model = text_field(attributes.name) or None
             profiles = self._profiles(index, device, slice_count)
-            for live in self._gpu_instances(device, profiles):
-                placement = live.info.placement
-                occupied.update(range(placement.start, placement.start + placement.size))
-            for profile in profiles:
-                remaining[profile.id] = lib.remaining_capacity(device, profile.id)
+            live = self._gpu_instances(device, profiles)
+            occupied = occupied_by((i.info.placement.start, i.info.placement.size) for i in live)
+            # Computed, not the library's remaining_capacity: the figure the device plugin
+            # advertises is this one, and operators must read the same (a simulator test holds
+            # it equal to the library's).
+            remaining = {p.id: fit_count(p.placements, occupied) for p in profiles}
         except LibraryUnusable:
             raise
         except HydmiError as exc:
@@ -249,7 +327,7 @@ class Node:
             error="; ".join(errors) or None,
             model=model,
             remaining=remaining,
-            occupied=frozenset(occupied),
+            occupied=occupied,
         )
 
     def _check_pci(self, index: int, pci: str, errors: list[str]) -> None:
@@ -400,12 +478,17 @@ class Node:
     def create(
         self,
         card_index: int,
-        profile_id: int,
-        placement_start: int,
+        profile: Profile | int,
+        placement: Span | int,
         checkpoint: Checkpoint | None = None,
     ) -> Instance:
         """GPU instance at the placement, its whole-GI compute instance, uuid from the conf file.
 
+        ``profile`` is one of the card's ``Card.profiles`` and ``placement`` one of that
+        profile's ``placements`` (or a profile id and a start slice). Either way they are
+        compared by value with the card's profile table as this Node reads it: PlacementRefused,
+        before the library is asked, when the card offers no such profile or the profile has no
+        such legal placement (a free one is the caller's choice; the driver refuses an overlap).
         A failed compute-instance create destroys the GPU instance before the error propagates.
         ``checkpoint`` runs after ``gpu_instance_created`` and ``compute_instance_created``;
         an exception from it propagates without rollback (it stands for the caller dying).
@@ -414,19 +497,7 @@ class Node:
         device = lib.device_by_index(card_index)
         attributes = lib.device_attributes(device)
         profiles = self._profiles(card_index, device, attributes.gpu_instance_slice_count)
-        profile = next((p for p in profiles if p.id == profile_id), None)
-        if profile is None:
-            offered = ", ".join(f"{p.name} (id {p.id})" for p in profiles) or "none"
-            raise PlacementRefused(
-                f"card {card_index} offers no profile id {profile_id}; offered: {offered}"
-            )
-        placement = next((p for p in profile.placements if p.start == placement_start), None)
-        if placement is None:
-            legal = " ".join(str(p) for p in profile.placements) or "none"
-            raise PlacementRefused(
-                f"profile {profile.name} has no placement starting at slice {placement_start} "
-                f"on card {card_index}; legal placements: {legal}"
-            )
+        profile, placement = _legal(card_index, profiles, profile, placement)
         gpu_instance = lib.create_gpu_instance(device, profile.id, placement.start, placement.size)
         try:
             gpu_instance_id = lib.gpu_instance_info(gpu_instance).id

@@ -25,18 +25,13 @@ author:
   - hygon.dcu maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - hygon.dcu.node
 options:
   device:
     description:
       - Device file to look for, as a path on the node (before O(host_root) is applied).
     type: path
     default: /dev/kfd
-  host_root:
-    description:
-      - Directory under which the node's paths are found; O(device) is looked up under it.
-        C(/) on a real node; a simulated node's root in tests.
-    type: path
-    default: /
   wait_timeout:
     description:
       - Seconds to wait for the list to become empty. C(0) reports once without waiting.
@@ -122,6 +117,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ..module_utils.common_options import host_root_spec
 from ..module_utils.facts import holder_facts
 from ..module_utils.holders import Holder, HolderScan, scan_holders
 from ..module_utils.hostpath import host_path
@@ -137,7 +133,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "device": {"type": "path", "default": "/dev/kfd"},
-            "host_root": {"type": "path", "default": "/"},
+            **host_root_spec(),
             "wait_timeout": {"type": "int", "default": 0},
             "exclude_pids": {"type": "list", "elements": "int", "default": []},
         },

@@ -23,23 +23,15 @@ description:
   - When the management library cannot be loaded or cannot serve (no driver, missing symbols),
     the node is reported as not partitioned and the mode falls back to the presence of the
     registry's C(dev<N>) files.
+  - Finds the vendor's C(hy-smi) exactly as M(hygon.dcu.mig_mode) does with the same
+    O(hy_smi_path), so a caller can refuse a switch before changing anything.
 author:
   - hygon.dcu maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
-options:
-  host_root:
-    description:
-      - Directory under which the node's host paths (C(/etc/dmi_mig_config), C(/dev/kfd),
-        C(/opt/hyhal/lib)) are found. C(/) on a real node; a simulated node's root in tests.
-    type: path
-    default: /
-  library_path:
-    description:
-      - Explicit path of C(libhydmi_mig.so.1). When unset, the loader's search path is tried
-        for C(libhydmi_mig.so.1) and C(libhydmi_mig.so), then C(/opt/hyhal/lib/) and
-        C(/opt/dtk/lib/) under O(host_root).
-    type: path
+  - hygon.dcu.node
+  - hygon.dcu.node.library
+  - hygon.dcu.node.hy_smi
 attributes:
   platform:
     platforms: posix
@@ -141,12 +133,18 @@ mig_info:
         still stands.
       type: list
       elements: str
+    hy_smi:
+      description: The C(hy-smi) that M(hygon.dcu.mig_mode) would run with the same
+        O(hy_smi_path), or, with a null C(path), why there is none.
+      type: dict
+      sample: {"path": "/opt/hyhal/bin/hy-smi", "error": null}
 """
 
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ..module_utils.common_options import find_hy_smi, host_root_spec, hy_smi_spec, library_spec
 from ..module_utils.facts import (
     card_facts,
     finding_facts,
@@ -218,14 +216,14 @@ def gather(node: Node) -> dict[str, Any]:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={
-            "host_root": {"type": "path", "default": "/"},
-            "library_path": {"type": "path"},
-        },
+        argument_spec={**host_root_spec(), **library_spec(), **hy_smi_spec()},
         supports_check_mode=True,
     )
     node = Node(module.params["host_root"], module.params["library_path"])
-    module.exit_json(changed=False, mig_info=gather(node))
+    info = gather(node)
+    hy_smi, error = find_hy_smi(module.params["hy_smi_path"], module.get_bin_path)
+    info["hy_smi"] = {"path": hy_smi, "error": error}
+    module.exit_json(changed=False, mig_info=info)
 
 
 if __name__ == "__main__":

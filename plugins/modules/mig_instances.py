@@ -21,10 +21,14 @@ description:
     directory left on a conf file name makes every later create of that id fail. Only empty
     directories are removed (C(rmdir)); a non-empty one is reported and left alone.
   - A GPU instance left without its compute instance (an interrupted create) is removed too.
+  - With O(sweep_only=true), only the poison directories are removed and every instance is left
+    alone (after a reboot, when the device plugin may already have carved instances for pods).
 author:
   - hygon.dcu maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - hygon.dcu.node
+  - hygon.dcu.node.library
 options:
   state:
     description:
@@ -32,6 +36,12 @@ options:
     type: str
     default: absent
     choices: [absent]
+  sweep_only:
+    description:
+      - Remove only the poison directories (of the cards in O(cards), all when omitted) and
+        leave every instance alone. Without O(cards) the management library is not used.
+    type: bool
+    default: false
   cards:
     description:
       - Cards to act on, each a library index (C(0)) or a PCI address (C(0000:09:00.0)).
@@ -48,16 +58,6 @@ options:
       - Seconds between retries of instances that are in use.
     type: float
     default: 2.0
-  host_root:
-    description:
-      - Directory under which the node's host paths are found. C(/) on a real node; a
-        simulated node's root in tests.
-    type: path
-    default: /
-  library_path:
-    description:
-      - Explicit path of C(libhydmi_mig.so.1); see M(hygon.dcu.mig_info) for the search order.
-    type: path
 attributes:
   platform:
     platforms: posix
@@ -81,6 +81,11 @@ EXAMPLES = r"""
     state: absent
     cards: ["0", "0000:0c:00.0"]
     wait_timeout: 120
+
+- name: Remove the poison directories only, keeping every instance
+  hygon.dcu.mig_instances:
+    state: absent
+    sweep_only: true
 """
 
 RETURN = r"""
@@ -119,6 +124,7 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ..module_utils.common_options import host_root_spec, library_spec
 from ..module_utils.facts import describe_instance, finding_facts, instance_facts
 from ..module_utils.holders import find_holders
 from ..module_utils.hydmi import HydmiError, InstanceInUse
@@ -168,11 +174,12 @@ def resolve_cards(node: Node, wanted: list[str] | None) -> list[int]:
     return chosen
 
 
-def make_plan(node: Node, wanted_cards: list[str] | None) -> Plan:
+def make_plan(node: Node, wanted_cards: list[str] | None, sweep_only: bool = False) -> Plan:
     """The decision, shared by check mode and the real run."""
-    cards = resolve_cards(node, wanted_cards)
+    # A sweep of every card reads only the registry: no library call that could fail.
+    cards = resolve_cards(node, wanted_cards) if wanted_cards or not sweep_only else []
     grouped: dict[tuple[int, int], list[Instance]] = {}
-    for card in cards:
+    for card in [] if sweep_only else cards:
         for instance in node.instances(card):
             grouped.setdefault((instance.card_index, instance.gpu_instance_id), []).append(instance)
     preview = node.sweep_poison(dry_run=True, cards=cards if wanted_cards else None)
@@ -244,11 +251,12 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "default": "absent", "choices": ["absent"]},
+            "sweep_only": {"type": "bool", "default": False},
             "cards": {"type": "list", "elements": "str"},
             "wait_timeout": {"type": "int", "default": 0},
             "retry_interval": {"type": "float", "default": 2.0},
-            "host_root": {"type": "path", "default": "/"},
-            "library_path": {"type": "path"},
+            **host_root_spec(),
+            **library_spec(),
         },
         supports_check_mode=True,
     )
@@ -257,7 +265,7 @@ def main() -> None:
         module.fail_json(msg="wait_timeout must be >= 0 and retry_interval > 0 (seconds)")
     node = Node(params["host_root"], params["library_path"])
     try:
-        plan = make_plan(node, params["cards"])
+        plan = make_plan(node, params["cards"], params["sweep_only"])
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     except HydmiError as exc:

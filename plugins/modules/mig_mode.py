@@ -26,6 +26,9 @@ author:
   - hygon.dcu maintainers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
+  - hygon.dcu.node
+  - hygon.dcu.node.library
+  - hygon.dcu.node.hy_smi
 options:
   state:
     description:
@@ -33,20 +36,6 @@ options:
     type: str
     required: true
     choices: [enabled, disabled]
-  host_root:
-    description:
-      - Directory under which the node's host paths (C(/dev/kfd), C(/etc/dmi_mig_config),
-        C(/opt/hyhal/lib)) are found. C(/) on a real node; a simulated node's root in tests.
-    type: path
-    default: /
-  library_path:
-    description:
-      - Explicit path of C(libhydmi_mig.so.1); see M(hygon.dcu.mig_info) for the search order.
-    type: path
-  hy_smi_path:
-    description:
-      - Path of the vendor's C(hy-smi). By default C(hy-smi) is looked up on C(PATH).
-    type: path
 attributes:
   platform:
     platforms: posix
@@ -97,13 +86,13 @@ vendor_output:
   sample: Enabled mig mode successful.
 """
 
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ..module_utils.common_options import find_hy_smi, host_root_spec, hy_smi_spec, library_spec
 from ..module_utils.facts import describe_instance, mode_name
 from ..module_utils.holders import scan_holders
 from ..module_utils.hostpath import host_path
@@ -147,24 +136,6 @@ class Plan:
     @property
     def change(self) -> bool:
         return self.previous != self.wanted
-
-
-def find_hy_smi(module: AnsibleModule, configured: str | None) -> tuple[str | None, str | None]:
-    """(path, refusal) for the vendor tool."""
-    if configured:
-        if not (os.path.isfile(configured) and os.access(configured, os.X_OK)):
-            return None, (
-                f"hy_smi_path {configured} is not an executable file; point it at the vendor's "
-                "hy-smi (usually under /opt/hyhal/bin)"
-            )
-        return configured, None
-    found = module.get_bin_path("hy-smi")
-    if found is None:
-        return None, (
-            "hy-smi was not found on PATH; install the vendor's tools (hyhal) or set "
-            "hy_smi_path to its location"
-        )
-    return found, None
 
 
 def instance_blockers(node: Node) -> list[str]:
@@ -215,7 +186,7 @@ def make_plan(module: AnsibleModule, node: Node) -> Plan:
                 "(state: absent) and run again."
             )
             return plan
-    hy_smi, refusal = find_hy_smi(module, params["hy_smi_path"])
+    hy_smi, refusal = find_hy_smi(params["hy_smi_path"], module.get_bin_path)
     if refusal or hy_smi is None:
         plan.refusal = refusal
         return plan
@@ -237,9 +208,9 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "required": True, "choices": ["enabled", "disabled"]},
-            "host_root": {"type": "path", "default": "/"},
-            "library_path": {"type": "path"},
-            "hy_smi_path": {"type": "path"},
+            **host_root_spec(),
+            **library_spec(),
+            **hy_smi_spec(),
         },
         supports_check_mode=True,
     )

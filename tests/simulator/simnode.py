@@ -4,7 +4,7 @@ Importable by tests as ``simnode`` (``tests/simulator`` is on the pytest path) a
 ``tests/simulator/simnode`` script. The driver state lives in ``ROOT/.sim/`` and is shared with
 the C library (``build/libhydmi_mig.so.1``), ``hy-smi`` and ``dcu-probe`` under one ``flock``.
 
-Models: ``c3000-bw`` is the measured C-3000 "BW" card (hardware.md). ``hypo-x8`` is
+Models: ``c3000-bw`` is the measured C-3000 "BW" card (docs/dev/hardware.md). ``hypo-x8`` is
 HYPOTHETICAL: invented so nothing downstream can hard-code the BW table.
 """
 
@@ -63,8 +63,9 @@ class Model:
 
 
 MODELS: dict[str, Model] = {
-    # Measured (hardware.md, "Measured card: C-3000 BW"). First GI id 3 reproduces the measured
-    # ids 3,4,5,6 for four 1-slice instances; ids are lowest-free, so a freed id returns at once.
+    # Measured (docs/dev/hardware.md, "Measured card: C-3000 BW"). First GI id 3 reproduces
+    # the measured ids 3,4,5,6 for four 1-slice instances; ids are lowest-free, so a freed id
+    # returns at once.
     "c3000-bw": Model(
         name="c3000-bw",
         hypothetical=False,
@@ -225,6 +226,19 @@ class SimNode:
         out = dict(os.environ if base is None else base)
         out[ROOT_ENV] = str(self.root)
         return out
+
+    def switch_mode(self, on: bool = True) -> None:
+        """Switch the mode with this node's ``hy-smi -mig``, as the product's mig_mode does."""
+        result = subprocess.run(
+            [str(HY_SMI_PATH), "-mig", "1" if on else "0"],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if result.returncode != 0:
+            raise SimNodeError(f"hy-smi -mig failed: {result.stdout}{result.stderr}")
 
     # --- state -------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -419,7 +433,7 @@ def init(
     hyhal = base / "opt" / "hyhal"
     (hyhal / "lib").mkdir(parents=True)
     (hyhal / "bin").mkdir()
-    # Marker only: the container runtime needs the file to exist (hardware.md).
+    # Marker only: the container runtime needs the file to exist (docs/dev/hardware.md).
     (hyhal / "lib" / "libhydmi.so").write_text("simulated hyhal runtime marker\n")
     (hyhal / "lib" / "libhydmi_mig.so.1").symlink_to(LIB_PATH)
     (hyhal / "lib" / "libhydmi_mig.so").symlink_to("libhydmi_mig.so.1")

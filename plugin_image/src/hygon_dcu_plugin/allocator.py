@@ -19,12 +19,13 @@ from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import (
     INSUFFICIENT_RESOURCES,
     HydmiError,
 )
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Instance, Node
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Instance, Node, Profile
 from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDRESS, card_of
 
 from .advertise import free_capacity
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .events import NORMAL, WARNING, PodEvents
+from .host import card_key, under
 from .identify import Target, identify
 from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from .locks import Locks
@@ -32,19 +33,21 @@ from .metrics import Metrics
 from .placement import PACK, CardView, choose
 from .podresources import PodLister, PodResourcesError
 from .records import Record, RecordStore
-from .request import ProfileRequest, Reason, RefusedRequest, parse_container
-from .response import partition_response, under, whole_card_response
+from .request import ProfileRequest, RefusedRequest, parse_container
+from .response import partition_response, whole_card_response
 from .shown import shorten
-from .vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD, RequestRefused, annotation_key
+from .vocabulary import (
+    FAMILY,
+    PROFILE_PREFIX,
+    WHOLE_CARD,
+    AllocateRefusal,
+    RequestRefused,
+    annotation_key,
+)
 
 log = logging.getLogger(__name__)
 
 Checkpoint = Callable[[str], None]
-
-# The reason label of hygon_dcu_allocation_failures_total (and the gRPC code, see
-# service.REFUSAL_CODES) is older than the request model and coarser: these two keep their
-# labels, every other request reason counts as bad_request.
-_FAILURE_LABELS = {Reason.FAMILY_WITHOUT_PROFILE: "no_profile", Reason.TWO_PROFILES: "two_profiles"}
 
 
 def profile_for(container: ContainerSpec) -> str:
@@ -59,28 +62,22 @@ def profile_for(container: ContainerSpec) -> str:
     if isinstance(request, ProfileRequest):
         return request.profile
     if isinstance(request, RefusedRequest):
-        raise RequestRefused(
-            _FAILURE_LABELS.get(request.reason, "bad_request"),
-            request.message(),
-            request_reason=request.reason,
-        )
+        raise RequestRefused.for_request(request.reason, request.message())
     # identify() serves only containers whose limits name the family, so this is a bug.
     raise RequestRefused(
-        "bad_request", f'container "{shorten(container.name)}" requests no partition'
+        AllocateRefusal.BAD_REQUEST, f'container "{shorten(container.name)}" requests no partition'
     )
 
 
-def card_views(cards: Sequence[Card]) -> list[CardView]:
-    """Healthy cards with a registry address, as the placement policy sees them.
-
-    With the mode on the driver writes dev<N> (the only index -> PCI map) as the mode comes
-    up, after a reboot too. A card without one has a damaged registry: it is not offered,
-    since its lock, its records and the reclaimer all key on the address.
+def card_views(cards: Sequence[Card]) -> list[CardView[Profile]]:
+    """Healthy cards with a device key (host.card_key; with the mode on, the registry's dev<N>
+    only), as the placement policy sees them. A card without one is not offered, since its
+    lock, its records and the reclaimer all key on the address; card_key logs it.
     """
     return [
-        CardView(c.index, c.pci, c.slice_count, c.profiles, c.occupied)
+        CardView(c.index, pci, c.slice_count, c.profiles, c.occupied)
         for c in cards
-        if c.healthy and c.pci
+        if c.healthy and (pci := card_key(c)) is not None
     ]
 
 
@@ -140,7 +137,7 @@ class Allocator:
                 return pb.ContainerAllocateResponse()
             if len(device_ids) != 1:
                 raise RequestRefused(
-                    "too_many",
+                    AllocateRefusal.TOO_MANY,
                     f"{FAMILY}: {len(device_ids)} partitions requested for one container; a "
                     f"container sees exactly one partition, so set {FAMILY}: 1 and use one "
                     "container per partition",
@@ -149,10 +146,10 @@ class Allocator:
                 response = self._partition(device_ids)
             return response
         except RequestRefused as refused:
-            self.metrics.allocation_failures.inc(reason=refused.reason)
+            self.metrics.allocation_failures.inc(reason=refused.reason.value)
             log.warning(
                 "Allocate refused",
-                extra={"resource": resource, "reason": refused.reason, "why": str(refused)},
+                extra={"resource": resource, "reason": refused.reason.value, "why": str(refused)},
             )
             raise
         except Exception as exc:
@@ -173,7 +170,7 @@ class Allocator:
             listed = self.lister.list()
         except PodResourcesError as exc:
             raise RequestRefused(
-                "kubelet_unreachable",
+                AllocateRefusal.KUBELET_UNREACHABLE,
                 f"cannot ask the kubelet which container is being admitted: {exc}",
             ) from exc
         cache: dict[tuple[str, str], Pod | None] = {}
@@ -216,26 +213,25 @@ class Allocator:
         offered = sorted({p.name for v in views for p in v.profiles})
         if profile_name not in offered:
             raise RequestRefused(
-                "unknown_profile",
+                AllocateRefusal.UNKNOWN_PROFILE,
                 f"profile {profile_name!r} is not offered on this node; offered: "
                 f"{', '.join(offered) or 'none (is partition mode on?)'}",
             )
         choice = choose(views, profile_name, self.policy)
         if choice is None:
             raise RequestRefused(
-                "no_capacity",
+                AllocateRefusal.NO_CAPACITY,
                 f"no free {profile_name} partition on this node; free capacity: "
                 f"{describe_free(views)}. Wait for partitions to be released or request a "
                 "profile that still fits",
             )
         pod, container = target.pod, target.container
         with self.locks.card(choice.card.pci):
-            profile_id = getattr(choice.profile, "id")  # noqa: B009 (node-layer Profile)
             try:
                 instance = self.node.create(
                     choice.card.index,
-                    profile_id,
-                    choice.placement.start,
+                    choice.profile,
+                    choice.placement,
                     checkpoint=self.checkpoint,
                 )
             except HydmiError as exc:
@@ -307,7 +303,7 @@ class Allocator:
             return
         paths = ", ".join(self.node.host_path(f.path) for f in poison)
         raise RequestRefused(
-            "poisoned_registry",
+            AllocateRefusal.POISONED_REGISTRY,
             f"the driver refused a partition on card {card_index} because {paths} "
             "is a directory where the driver writes an instance file (a container runtime "
             "creates one when the file it was to bind is missing; it blocks that instance id "
@@ -363,7 +359,7 @@ class Allocator:
             on_card = [] if index is None else self.node.instances(index)
         except HydmiError as exc:
             raise RequestRefused(
-                "card_unhealthy",
+                AllocateRefusal.CARD_UNHEALTHY,
                 f"the card {record.card_pci} holding this container's partition fails queries "
                 f"({exc}); delete the pod so it is scheduled again",
             ) from exc
@@ -374,7 +370,7 @@ class Allocator:
         ]
         if not live:
             raise RequestRefused(
-                "stale_record",
+                AllocateRefusal.STALE_RECORD,
                 f"the partition recorded for pod {record.pod_key} (uuid {record.uuid}) no longer "
                 "exists (the node rebooted or it was destroyed); delete the pod so it is "
                 "scheduled again",
@@ -402,7 +398,9 @@ class Allocator:
     def _whole_card(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
         pcis = [self._card_pci(d) for d in device_ids]
         if not pcis:
-            raise RequestRefused("bad_request", f"{WHOLE_CARD}: no device id in the request")
+            raise RequestRefused(
+                AllocateRefusal.BAD_REQUEST, f"{WHOLE_CARD}: no device id in the request"
+            )
         return whole_card_response(self.host_root, self.answer_root, pcis)
 
     def _card_pci(self, device_id: str) -> str:
@@ -410,13 +408,14 @@ class Allocator:
         this plugin advertised are accepted, and only then joined into a path."""
         if device_id not in self.advertised(WHOLE_CARD):
             raise RequestRefused(
-                "bad_request",
+                AllocateRefusal.BAD_REQUEST,
                 f"{WHOLE_CARD}: device {device_id[:64]!r} was never advertised by this plugin",
             )
         if not PCI_ADDRESS.fullmatch(device_id) or not os.path.isdir(
             under(self.host_root, f"/sys/bus/pci/devices/{device_id}")
         ):
             raise RequestRefused(
-                "bad_request", f"{WHOLE_CARD}: device {device_id!r} is not a PCI address here"
+                AllocateRefusal.BAD_REQUEST,
+                f"{WHOLE_CARD}: device {device_id!r} is not a PCI address here",
             )
         return device_id

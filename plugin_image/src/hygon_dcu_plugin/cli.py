@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import signal
@@ -124,17 +123,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _webhook(argv: list[str]) -> int:
-    try:
-        server = importlib.import_module("hygon_dcu_plugin.webhook.server")
-    except ModuleNotFoundError as exc:
-        print(
-            f"hygon-dcu-plugin webhook: the admission webhook is not part of this build "
-            f"({exc}); use an image that includes hygon_dcu_plugin.webhook",
-            file=sys.stderr,
-        )
-        return 2
-    result = server.main(argv)
-    return int(result)
+    # Imported here, as serve imports its own: neither program loads the other.
+    from .webhook import server  # noqa: PLC0415
+
+    return int(server.main(argv))
 
 
 def parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .placement import POLICIES
+from .vocabulary import POLICIES
 
 
 class ConfigError(Exception):

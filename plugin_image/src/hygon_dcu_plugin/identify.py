@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .kube import ContainerSpec, Pod
 from .podresources import ListedPod
 from .records import Record
-from .vocabulary import RequestRefused
+from .vocabulary import AllocateRefusal, RequestRefused
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ def identify(
     ]
     if not waiting:
         raise RequestRefused(
-            "unidentified",
+            AllocateRefusal.UNIDENTIFIED,
             f"no container waiting for {resource} was found in the kubelet's PodResources "
             "List (among pods that request it and are neither terminal nor terminating); "
             "delete and recreate the pod",

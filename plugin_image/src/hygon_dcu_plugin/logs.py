@@ -1,4 +1,9 @@
-"""Structured logs: one JSON object per line on stderr, with the `extra` fields of each call."""
+"""Structured logs of the device plugin and the webhook: one JSON object per line on stderr.
+
+Every line has ``time`` (UTC, milliseconds, ``Z``), ``level``, ``logger`` (the module) and
+``msg``, then the ``extra`` fields of the call, and ``exception`` when there is one. The schema
+is documented in docs/observability.md ("Logs").
+"""
 
 from __future__ import annotations
 

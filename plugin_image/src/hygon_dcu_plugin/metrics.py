@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .prometheus_text import Counter, Gauge, Histogram, LabelKey, Metric, render
+from .vocabulary import AllocateRefusal
 
 __all__ = ["FAILURE_REASONS", "RECLAIM_ACTIONS", "LabelKey", "Metrics"]
 
@@ -16,20 +17,8 @@ RECLAIM_ACTIONS = (
     "partition_lost",
     "lost_pod_deleted",
 )
-# Refusal reasons of Allocate (vocabulary.RequestRefused.reason), present from the start.
-FAILURE_REASONS = (
-    "bad_request",
-    "no_profile",
-    "two_profiles",
-    "too_many",
-    "unknown_profile",
-    "no_capacity",
-    "unidentified",
-    "kubelet_unreachable",
-    "stale_record",
-    "card_unhealthy",
-    "poisoned_registry",
-)
+# Refusal reasons of Allocate, present from the start.
+FAILURE_REASONS = tuple(refusal.value for refusal in AllocateRefusal)
 
 
 class Metrics:

@@ -3,25 +3,53 @@
 Pure functions over what the driver reports (legal placements per profile, occupied slices);
 nothing here assumes the BW profile table. Occupied slices come from live driver state, not
 only from our records, so a hand-carved instance is never overlapped.
+
+The slice geometry (which slices a placement covers, which placements are free, how many
+more instances fit) is the node layer's (``plugins/module_utils/node.py``), so the counts the
+kubelet is told are the ones ``mig_info`` reports. The policy is generic over the caller's
+profile type: on views of the node layer's cards, ``choose`` answers with the node's own
+``Profile`` (and one of its placements), which ``Node.create`` takes as it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Generic, Protocol
 
-PACK = "pack"
-SPREAD = "spread"
-POLICIES = (PACK, SPREAD)
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Span as PlacementLike
+from ansible_collections.hygon.dcu.plugins.module_utils.node import (
+    fit_count,
+    occupied_by,
+    slices_of,
+)
+from ansible_collections.hygon.dcu.plugins.module_utils.node import (
+    free_placements as free_spans,
+)
 
+from .vocabulary import PACK, POLICIES, SPREAD
 
-class PlacementLike(Protocol):
-    @property
-    def start(self) -> int: ...
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar
+else:
+    from typing import TypeVar
 
-    @property
-    def size(self) -> int: ...
+__all__ = [
+    "PACK",
+    "POLICIES",
+    "SPREAD",
+    "CardView",
+    "Choice",
+    "PlacementLike",
+    "ProfileLike",
+    "card_option",
+    "choose",
+    "free_placements",
+    "max_remaining",
+    "occupied_by",
+    "remaining",
+    "slices_of",
+]
 
 
 class ProfileLike(Protocol):
@@ -35,64 +63,53 @@ class ProfileLike(Protocol):
     def placements(self) -> Sequence[PlacementLike]: ...
 
 
+# The caller's profile type. The default (PEP 696) keeps a bare ``CardView`` meaning
+# ``CardView[ProfileLike]``; only the type checker sees it (typing.TypeVar has no default
+# before Python 3.13).
+if TYPE_CHECKING:
+    P_co = TypeVar("P_co", bound=ProfileLike, covariant=True, default=ProfileLike)
+else:
+    P_co = TypeVar("P_co", bound=ProfileLike, covariant=True)
+P = TypeVar("P", bound=ProfileLike)
+
+
 @dataclass(frozen=True)
-class CardView:
+class CardView(Generic[P_co]):
     """One card as the policy sees it: its profiles and the slices live instances cover."""
 
     index: int
     pci: str
     slice_count: int
-    profiles: Sequence[ProfileLike]
+    profiles: Sequence[P_co]
     occupied: frozenset[int]
 
-    def profile(self, name: str) -> ProfileLike | None:
+    def profile(self, name: str) -> P_co | None:
         return next((p for p in self.profiles if p.name == name), None)
 
 
 @dataclass(frozen=True)
-class Choice:
-    card: CardView
-    profile: ProfileLike
-    placement: PlacementLike
-
-
-def slices_of(start: int, size: int) -> frozenset[int]:
-    return frozenset(range(start, start + size))
-
-
-def occupied_by(spans: Iterable[tuple[int, int]]) -> frozenset[int]:
-    taken: set[int] = set()
-    for start, size in spans:
-        taken |= slices_of(start, size)
-    return frozenset(taken)
+class Choice(Generic[P_co]):
+    card: CardView[P_co]
+    profile: P_co
+    placement: PlacementLike  # one of profile.placements
 
 
 def free_placements(profile: ProfileLike, occupied: frozenset[int]) -> list[PlacementLike]:
-    """Legal placements of the profile that touch no occupied slice (legal ones ignore
-    what is carved, so free = legal - occupied)."""
-    return [p for p in profile.placements if not (slices_of(p.start, p.size) & occupied)]
+    """Legal placements of the profile that touch no occupied slice."""
+    return list(free_spans(profile.placements, occupied))
 
 
 def remaining(profile: ProfileLike, occupied: frozenset[int]) -> int:
-    """How many more instances of the profile fit at once (non-overlapping free placements).
-
-    Greedy by end slice is exact for intervals, whatever the placement table looks like.
-    """
-    count = 0
-    end = -1
-    for p in sorted(free_placements(profile, occupied), key=lambda q: (q.start + q.size, q.start)):
-        if p.start > end:
-            count += 1
-            end = p.start + p.size - 1
-    return count
+    """How many more instances of the profile fit at once (non-overlapping free placements)."""
+    return fit_count(profile.placements, occupied)
 
 
 def max_remaining(card: CardView) -> int:
     """Partitions the card can still give, counted in its most numerous free profile."""
-    return max((remaining(p, card.occupied) for p in card.profiles), default=0)
+    return max((fit_count(p.placements, card.occupied) for p in card.profiles), default=0)
 
 
-def _widest_first(profiles: Sequence[ProfileLike]) -> list[ProfileLike]:
+def _widest_first(profiles: Sequence[P]) -> list[P]:
     return sorted(profiles, key=lambda p: (-p.slices, p.name))
 
 
@@ -101,9 +118,9 @@ def _within_card(card: CardView, profile: ProfileLike) -> PlacementLike | None:
     order = _widest_first(card.profiles)
     best: tuple[tuple[int, ...], int] | None = None
     chosen: PlacementLike | None = None
-    for p in free_placements(profile, card.occupied):
+    for p in free_spans(profile.placements, card.occupied):
         after = card.occupied | slices_of(p.start, p.size)
-        left = tuple(remaining(q, after) for q in order)
+        left = tuple(fit_count(q.placements, after) for q in order)
         key = (left, -p.start)
         if best is None or key > best:
             best, chosen = key, p
@@ -114,7 +131,8 @@ def _damage(card: CardView, placement: PlacementLike) -> tuple[int, ...]:
     """How many fewer instances of each profile (widest first) the card could take after it."""
     after = card.occupied | slices_of(placement.start, placement.size)
     return tuple(
-        remaining(q, card.occupied) - remaining(q, after) for q in _widest_first(card.profiles)
+        fit_count(q.placements, card.occupied) - fit_count(q.placements, after)
+        for q in _widest_first(card.profiles)
     )
 
 
@@ -133,7 +151,7 @@ def card_option(
     return ((), -free), placement
 
 
-def choose(cards: Sequence[CardView], profile_name: str, policy: str = PACK) -> Choice | None:
+def choose(cards: Sequence[CardView[P]], profile_name: str, policy: str = PACK) -> Choice[P] | None:
     """Card and placement for one new instance of profile_name, or None if nothing fits.
 
     pack: the placement that costs the node the least future capacity (fewer wide instances lost
@@ -143,7 +161,7 @@ def choose(cards: Sequence[CardView], profile_name: str, policy: str = PACK) -> 
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {POLICIES}")
-    fitting: list[tuple[tuple[tuple[int, ...], int], int, Choice]] = []
+    fitting: list[tuple[tuple[tuple[int, ...], int], int, Choice[P]]] = []
     for card in cards:
         profile = card.profile(profile_name)
         if profile is None:

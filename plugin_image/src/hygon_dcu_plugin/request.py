@@ -22,7 +22,8 @@ strings, or whatever else a client sent). ``ContainerRequest`` is one of:
 
 ``Reason`` is the single definition of every refusal reason: those of one container (decided
 here) and those of where a container sits in its pod (decided by ``webhook.rules``). Its values
-are the ``rule`` label of ``hygon_dcu_admission_denials_total`` and the webhook's log.
+are the ``rule`` label of ``hygon_dcu_admission_denials_total`` and the webhook's log;
+``Reason.refusal`` is the ``vocabulary.AllocateRefusal`` that Allocate refuses it with.
 ``Violation`` is one broken rule; ``is_partition(name)`` tells a partition resource.
 
 Decisions where Kubernetes leaves room:
@@ -55,6 +56,7 @@ from .vocabulary import (
     PROFILE_PREFIX,
     SLICED,
     WHOLE_CARD,
+    AllocateRefusal,
     profile_resource,
 )
 
@@ -98,6 +100,18 @@ class Reason(StrEnum):
     # another container of the pod (webhook.rules).
     MIXED_WITH_PARTITIONS = "mixed-with-partitions"
     MALFORMED_POD = "malformed-pod"
+
+    @property
+    def refusal(self) -> AllocateRefusal:
+        """What Allocate refuses a container with for this reason. Its failure labels are
+        older and coarser: two reasons keep their own, every other one is bad_request."""
+        return _REFUSALS.get(self, AllocateRefusal.BAD_REQUEST)
+
+
+_REFUSALS = {
+    Reason.FAMILY_WITHOUT_PROFILE: AllocateRefusal.NO_PROFILE,
+    Reason.TWO_PROFILES: AllocateRefusal.TWO_PROFILES,
+}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import logging
 import os
 
 from .api import deviceplugin_v1beta1_pb2 as pb
+from .host import PCI_DEVICES, under
 from .vocabulary import ENV_VISIBLE_DEVICE
 
 log = logging.getLogger(__name__)
@@ -23,19 +24,15 @@ DTK = "/opt/dtk"
 DTK_IN_CONTAINER = "/opt/hygondriver"
 
 
-def under(host_root: str, canonical: str) -> str:
-    root = host_root.rstrip("/")
-    return root + canonical if root else canonical
-
-
 class ResponseError(Exception):
     """The node lacks something the answer needs; the message says what."""
 
 
 def card_render_nodes(host_root: str, pci: str) -> list[str]:
     """The card's /dev/dri/card<N> and /dev/dri/renderD<M>, read from sysfs under its PCI
-    address (minors are not derivable from the library index)."""
-    drm = under(host_root, f"/sys/bus/pci/devices/{pci}/drm")
+    address (minors are not derivable from the library index). Part of the answer: what it
+    cannot find fails this Allocate as a ResponseError (the failure metric's reason)."""
+    drm = under(host_root, f"{PCI_DEVICES}/{pci}/drm")
     try:
         names = sorted(os.listdir(drm))
     except OSError as exc:
@@ -107,30 +104,3 @@ def whole_card_response(
     for pci in pcis[1:]:
         _render_nodes(response, host_root, answer_root, pci)
     return response
-
-
-HYGON_PCI_VENDOR = "0x1d94"
-
-
-def hygon_pci_addresses(host_root: str) -> list[str]:
-    """PCI addresses of the Hygon cards in sysfs, sorted.
-
-    Mode off has no registry (dev<N> is the only index -> PCI map the driver gives), so the
-    whole-card resource pairs library index N with the N-th address in PCI order. That pairing
-    is our inference, not a measured fact; it only affects which render nodes a whole-card
-    container gets.
-    """
-    bus = under(host_root, "/sys/bus/pci/devices")
-    found = []
-    try:
-        names = sorted(os.listdir(bus))
-    except OSError:
-        return []
-    for name in names:
-        try:
-            with open(os.path.join(bus, name, "vendor"), encoding="ascii") as handle:
-                if handle.read().strip().lower() == HYGON_PCI_VENDOR:
-                    found.append(name)
-        except OSError:
-            continue
-    return found

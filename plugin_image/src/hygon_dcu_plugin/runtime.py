@@ -1,5 +1,7 @@
-"""The running plugin: node discovery at start, the resource set, the counts the kubelet sees,
-and the threads (gRPC servers, reclaimer, pod watch, health endpoint).
+"""The running plugin: wiring at start (mode, resource set, allocator, reclaimer, servers),
+refreshing the device lists the kubelet sees, and the threads (gRPC servers, reclaimer, pod
+watch). What the lists hold is decided elsewhere: ``whole_cards`` (mode off), ``held`` and
+``advertise.partition_plan`` (mode on).
 
 The mode is read once at start: a running plugin does not notice a mode change (the driver
 does not tell it), which is why the node state machine restarts it after every switch.
@@ -14,20 +16,21 @@ from collections.abc import Callable
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 
-from .advertise import Device, free_capacity, healthy_count, partition_plan, whole_card_plan
+from .advertise import Device, free_capacity, healthy_count, partition_plan
 from .allocator import Allocator, card_views
 from .board import DeviceBoard
 from .config import Settings
 from .events import PodEvents
+from .held import held_tokens
 from .kube import KubeApi
 from .locks import Locks
 from .metrics import LabelKey, Metrics
-from .podresources import PodLister, PodResourcesError
+from .podresources import PodLister
 from .reclaimer import Reclaimer
 from .records import RecordStore
-from .response import hygon_pci_addresses
 from .service import PluginServers
-from .vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD, profile_resource
+from .vocabulary import FAMILY, WHOLE_CARD, profile_resource
+from .whole_cards import plan_whole_cards
 
 log = logging.getLogger(__name__)
 
@@ -134,52 +137,14 @@ class Runtime:
     # counts ----------------------------------------------------------------------------
     def plan(self) -> dict[str, list[Device]]:
         if not self.partitioned:
-            try:
-                cards = self.node.cards()
-            except HydmiError as exc:
-                log.error("cannot list cards", extra={"error": str(exc)})
-                cards = []
-            addresses = hygon_pci_addresses(self.settings.host_root)
-            plan = whole_card_plan(
-                {
-                    (
-                        c.pci
-                        or (addresses[c.index] if c.index < len(addresses) else f"card{c.index}")
-                    ): c.healthy
-                    for c in cards
-                }
-            )
+            plan = plan_whole_cards(self.node, self.settings.host_root)
         else:
             cards = self.node.cards()
-            in_use, held = self._held()
+            in_use, held = held_tokens(self.store, self.lister)
             plan = partition_plan(card_views(cards), in_use, held)
         for resource in self.resources:
             plan.setdefault(resource, [])
         return {r: d for r, d in plan.items() if r in self.resources}
-
-    def _held(self) -> tuple[dict[str, set[str]], dict[str, int]]:
-        """Token ids the kubelet lists as assigned, and partitions our records hold."""
-        in_use: dict[str, set[str]] = {}
-        held: dict[str, int] = {}
-        for record in self.store.load():
-            in_use.setdefault(FAMILY, set()).update(record.device_ids)
-            held[FAMILY] = held.get(FAMILY, 0) + 1
-            resource = profile_resource(record.profile)
-            held[resource] = held.get(resource, 0) + 1
-        try:
-            listed = self.lister.list()
-        except PodResourcesError as exc:
-            log.warning(
-                "PodResources List failed; counting held tokens from records only",
-                extra={"error": str(exc)},
-            )
-            listed = []
-        for pod in listed:
-            for container in pod.containers:
-                for resource, ids in container.devices.items():
-                    if resource == FAMILY or resource.startswith(PROFILE_PREFIX):
-                        in_use.setdefault(resource, set()).update(ids)
-        return in_use, held
 
     def refresh(self) -> None:
         """Recompute and publish the device lists; on return they reflect every change made

@@ -31,14 +31,6 @@ log = logging.getLogger(__name__)
 # resource, device ids of one container -> the container's response
 AllocateFn = Callable[[str, Sequence[str]], pb.ContainerAllocateResponse]
 
-REFUSAL_CODES = {
-    "no_capacity": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "bad_request": grpc.StatusCode.INVALID_ARGUMENT,
-    "no_profile": grpc.StatusCode.INVALID_ARGUMENT,
-    "two_profiles": grpc.StatusCode.INVALID_ARGUMENT,
-    "too_many": grpc.StatusCode.INVALID_ARGUMENT,
-}
-
 
 class DevicePluginServicer(pb_grpc.DevicePluginServicer):
     def __init__(
@@ -85,8 +77,7 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
             try:
                 responses.append(self.allocate(self.resource, list(container.devices_ids)))
             except RequestRefused as refused:
-                code = REFUSAL_CODES.get(refused.reason, grpc.StatusCode.FAILED_PRECONDITION)
-                context.abort(code, str(refused))
+                context.abort(grpc.StatusCode[refused.reason.status], str(refused))
             except Exception as exc:
                 log.exception("Allocate failed", extra={"resource": self.resource})
                 context.abort(

@@ -152,7 +152,7 @@ def allocate_response(
     envs: dict[str, str],
     conf_at: str | None = None,
 ) -> dict[str, Any]:
-    """What the device plugin answers for one partition (hardware.md's container needs)."""
+    """What the device plugin answers for one partition (docs/dev/hardware.md's container needs)."""
     devices_ = [
         {"container_path": "/dev/kfd", "host_path": str(node.kfd), "permissions": "rwm"},
         {"container_path": "/dev/mkfd", "host_path": str(node.mkfd), "permissions": "rwm"},

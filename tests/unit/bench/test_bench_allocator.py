@@ -3,11 +3,13 @@ Nothing here asserts on how long anything took."""
 
 from __future__ import annotations
 
+import pytest
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiLibrary
+from hygon_dcu_plugin.runtime import Runtime
 from hygon_dcu_plugin.vocabulary import FAMILY, profile_resource
 
 from bench import allocator_cost
-from bench.instrument import Ledger
+from bench.instrument import Ledger, MissingMethod
 from bench.plugin_stack import PluginStack
 
 
@@ -45,3 +47,15 @@ def test_allocator_benchmark_runs_at_a_tiny_size() -> None:
         assert heading in text
     # 12 records on a node that holds 8 partitions: 8 destroyed, 4 stale records dropped.
     assert "8+4" in text
+
+
+def test_a_wrapped_method_that_is_gone_fails_the_install_by_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The ledger wraps methods by name; a rename must not leave their time silently uncounted.
+    original = HydmiLibrary.__dict__["call"]
+    monkeypatch.delattr(Runtime, "refresh")
+    wanted = r"hygon_dcu_plugin\.runtime\.Runtime\.refresh, but"
+    with pytest.raises(MissingMethod, match=wanted), Ledger().installed():
+        pass
+    assert HydmiLibrary.__dict__["call"] is original  # what it had wrapped first is put back

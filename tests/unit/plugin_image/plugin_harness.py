@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -49,14 +48,7 @@ def make_node(
 ) -> simnode.SimNode:
     node = simnode.init(root, model=model, cards=cards)
     if mode_on:
-        result = subprocess.run(
-            [str(simnode.HY_SMI_PATH), "-mig", "1"],
-            env=node.env(),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
+        node.switch_mode()
     return node
 
 

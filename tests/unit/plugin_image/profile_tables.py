@@ -1,7 +1,7 @@
 """Profile tables for the pure policy tests: plain data shaped like the node layer's Profile.
 
 The plugin must never hard-code a table; these exist only so placement and counting can be
-tested without a library. BW mirrors the measured C-3000 table's shape (hardware.md).
+tested without a library. BW mirrors the measured C-3000 table's shape (docs/dev/hardware.md).
 """
 
 from __future__ import annotations

@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 import simnode
+from ansible_collections.hygon.dcu.plugins.module_utils.facts import card_facts
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Placement, Profile
+from hygon_dcu_plugin.advertise import free_capacity
+from hygon_dcu_plugin.allocator import card_views
 from hygon_dcu_plugin.kube import KubeApiError
-from hygon_dcu_plugin.vocabulary import ANNOTATION_PREFIX, FAMILY, WHOLE_CARD, RequestRefused
+from hygon_dcu_plugin.vocabulary import (
+    ANNOTATION_PREFIX,
+    FAMILY,
+    PROFILE_PREFIX,
+    WHOLE_CARD,
+    RequestRefused,
+)
 from plugin_harness import Harness, make_node
 
 IDLE_BW = {
@@ -97,6 +107,37 @@ def test_hypothetical_model_gives_its_own_counts(
     assert counts["hygon.com/dcu.partitioned.mig-8g.128gb"] == 1
     # Family: 1 held + card 0 (slices 3..7 free: five 1g) + card 1 (eight 1g).
     assert counts[FAMILY] == 14
+
+
+def test_operators_read_the_free_capacity_the_kubelet_is_told(harness: Harness) -> None:
+    harness.admit("a", "2g.15gb")
+    harness.admit("b", "4g.31gb")
+    harness.admit("c", "8g.63gb")
+    cards = harness.node.cards()
+    reported: dict[str, int] = {}
+    for card in cards:
+        for name, count in card_facts(card)["remaining"].items():  # mig_info's figure
+            reported[PROFILE_PREFIX + name] = reported.get(PROFILE_PREFIX + name, 0) + count
+    advertised = free_capacity(card_views(cards))
+    assert reported == {r: n for r, n in advertised.items() if r != FAMILY}
+    assert reported[PROFILE_PREFIX + "8g.63gb"] == 6
+
+
+def test_allocate_creates_the_chosen_profile_and_placement_as_read(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create = harness.node.create
+    asked: list[tuple[object, object]] = []
+
+    def spy(card_index: int, profile: object, placement: object, **kwargs: object) -> object:
+        asked.append((profile, placement))
+        return create(card_index, profile, placement, **kwargs)
+
+    monkeypatch.setattr(harness.node, "create", spy)
+    harness.admit("a", "4g.31gb")
+    ((profile, placement),) = asked
+    assert isinstance(profile, Profile) and profile.name == "4g.31gb"
+    assert isinstance(placement, Placement) and placement in profile.placements
 
 
 def test_response_carries_what_the_runtime_needs(harness: Harness) -> None:

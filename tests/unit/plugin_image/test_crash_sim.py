@@ -1,4 +1,4 @@
-"""Crash safety (issue 7, acceptance 6): the plugin is SIGKILLed at each step of create and of
+"""Crash safety: the plugin is SIGKILLed at each step of create and of
 destroy; after a restart the node converges with no leaked instance and no double grant."""
 
 from __future__ import annotations

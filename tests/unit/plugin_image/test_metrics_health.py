@@ -7,11 +7,13 @@ import logging
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
+from pathlib import Path
 
 from hygon_dcu_plugin.health import HealthServer
 from hygon_dcu_plugin.kube import API_ACCESS, pod_from_api
 from hygon_dcu_plugin.logs import JsonFormatter
 from hygon_dcu_plugin.metrics import Metrics
+from hygon_dcu_plugin.vocabulary import AllocateRefusal
 from kubernetes import client
 
 
@@ -29,6 +31,18 @@ def test_metrics_text() -> None:
     assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.05"} 1' in text
     assert "hygon_dcu_allocate_duration_seconds_count 1" in text
     assert "# TYPE hygon_dcu_reclaim_actions_total counter" in text
+
+
+def test_every_failure_reason_starts_at_zero_and_is_documented() -> None:
+    text = Metrics().render()
+    image_md = (Path(__file__).resolve().parents[3] / "docs" / "image.md").read_text()
+    (row,) = [
+        line for line in image_md.splitlines() if "hygon_dcu_allocation_failures_total" in line
+    ]
+    for refusal in AllocateRefusal:
+        assert f'hygon_dcu_allocation_failures_total{{reason="{refusal.value}"}} 0' in text
+        assert f"`{refusal.value}`" in row
+        assert f"`{refusal.status}`" in row
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -95,7 +95,7 @@ class Scene:
         self.card = self.record.card_index
         self.conf = Path(harness.node.host_path(self.record.conf_path))
         self.original = self.conf.read_bytes()
-        card = harness.node.card(self.card)
+        card = harness.node.cards()[self.card]
         profile = card.profile("2g.15gb")
         assert profile is not None
         free = card.free_placements(profile)
@@ -207,7 +207,7 @@ def test_an_instance_at_a_claimed_gpu_instance_is_never_an_orphan(harness: Harne
     harness.admit("a")
     (record,) = harness.runtime.store.load()
     harness.node.destroy(record.card_index, record.gpu_instance_id)
-    profile = harness.node.card(record.card_index).profile(record.profile)
+    profile = harness.node.cards()[record.card_index].profile(record.profile)
     assert profile is not None
     theirs = Node(str(harness.sim.root), str(simnode.LIB_PATH)).create(
         record.card_index, profile.id, record.placement_start

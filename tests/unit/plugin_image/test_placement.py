@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from ansible_collections.hygon.dcu.plugins.module_utils import node
+from hygon_dcu_plugin import placement
 from hygon_dcu_plugin.placement import CardView, choose, free_placements, remaining
 from hypothesis import given
 from hypothesis import strategies as st
@@ -95,3 +102,51 @@ def test_choice_is_always_free_and_legal(occupied: set[int], profile: str, polic
         assert choice.placement in free
         taken = set(range(choice.placement.start, choice.placement.start + choice.placement.size))
         assert not taken & occupied
+
+
+def most_disjoint(placements: list[P]) -> int:
+    """Brute force: the largest set of placements no two of which share a slice."""
+    for size in range(len(placements), 0, -1):
+        for combo in itertools.combinations(placements, size):
+            covered = [s for p in combo for s in range(p.start, p.start + p.size)]
+            if len(covered) == len(set(covered)):
+                return size
+    return 0
+
+
+@given(st.sets(st.integers(0, 5)), st.sampled_from(ODD))
+def test_remaining_is_the_most_free_placements_that_fit_together(
+    occupied: set[int], profile: Prof
+) -> None:
+    # The one count the kubelet is told and mig_info reports (node.fit_count), on a table
+    # with overlapping legal placements.
+    taken = frozenset(occupied)
+    free = free_placements(profile, taken)
+    assert free == [
+        p for p in profile.placements if not occupied & set(range(p.start, p.start + p.size))
+    ]
+    assert remaining(profile, taken) == most_disjoint(free)
+
+
+def test_the_geometry_is_the_node_layers() -> None:
+    assert placement.slices_of is node.slices_of
+    assert placement.occupied_by is node.occupied_by
+    assert placement.PlacementLike is node.Span
+
+
+def test_the_configuration_loads_without_the_collection() -> None:
+    # The CLI reads its configuration (which imports the policy names) before it finds the
+    # collection; that must not need the collection yet.
+    source = Path(placement.__file__).resolve().parents[1]
+    probe = (
+        "import sys; import hygon_dcu_plugin.config; "
+        "print(sorted(m for m in sys.modules if m.startswith('ansible_collections')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={"PYTHONPATH": str(source)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Random allocate/release sequences against a reference model (issue 7, acceptance 4)."""
+"""Random allocate/release sequences against a reference model."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plugin_harness import Harness, make_node
 
-# The reference knows the BW table from hardware.md, independently of the plugin's discovery.
+# The reference knows the BW table from docs/dev/hardware.md, independently of the plugin's
+# discovery.
 BW = {"2g.15gb": (1, (0, 1, 2, 3)), "4g.31gb": (2, (0, 2)), "8g.63gb": (4, (0,))}
 CARDS = 2
 

@@ -1,4 +1,4 @@
-"""`simnode reboot` then restart (issue 7, acceptance 7)."""
+"""`simnode reboot` then restart."""
 
 from __future__ import annotations
 

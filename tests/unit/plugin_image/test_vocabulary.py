@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
+import grpc
 import pytest
 from hygon_dcu_plugin.allocator import profile_for
 from hygon_dcu_plugin.kube import ContainerSpec
 from hygon_dcu_plugin.request import Reason
-from hygon_dcu_plugin.vocabulary import RequestRefused, socket_name
+from hygon_dcu_plugin.vocabulary import AllocateRefusal, RequestRefused, socket_name
 
 F = "hygon.com/dcu.partitioned"
 P2G = F + ".mig-2g.15gb"
@@ -90,3 +93,30 @@ def test_odd_quantities_are_refused_not_raised(quantity: str) -> None:
     assert refused.value.reason == "bad_request"
     assert refused.value.request_reason is Reason.QUANTITY_NOT_WHOLE
     assert len(str(refused.value)) < 300
+
+
+def test_allocate_refusals_keep_their_labels_and_grpc_codes() -> None:
+    # The labels are what dashboards and alerts select on (observability/, docs/image.md);
+    # the codes are what the kubelet reports on the pod.
+    assert {r.value: r.status for r in AllocateRefusal} == {
+        "bad_request": "INVALID_ARGUMENT",
+        "no_profile": "INVALID_ARGUMENT",
+        "two_profiles": "INVALID_ARGUMENT",
+        "too_many": "INVALID_ARGUMENT",
+        "unknown_profile": "FAILED_PRECONDITION",
+        "no_capacity": "RESOURCE_EXHAUSTED",
+        "unidentified": "FAILED_PRECONDITION",
+        "kubelet_unreachable": "FAILED_PRECONDITION",
+        "stale_record": "FAILED_PRECONDITION",
+        "card_unhealthy": "FAILED_PRECONDITION",
+        "poisoned_registry": "FAILED_PRECONDITION",
+    }
+    for refusal in AllocateRefusal:
+        assert re.fullmatch(r"\w+", refusal.value)
+        assert grpc.StatusCode[refusal.status].name == refusal.status
+
+
+def test_every_request_reason_has_one_refusal() -> None:
+    special = {Reason.FAMILY_WITHOUT_PROFILE: "no_profile", Reason.TWO_PROFILES: "two_profiles"}
+    for reason in Reason:
+        assert reason.refusal == special.get(reason, "bad_request")

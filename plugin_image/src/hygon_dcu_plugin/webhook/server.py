@@ -36,9 +36,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
-from hygon_dcu_plugin.webhook import logs, malloc_tuning
+from hygon_dcu_plugin import logs
+from hygon_dcu_plugin.webhook import malloc_tuning
 from hygon_dcu_plugin.webhook.budget import ByteBudget
-from hygon_dcu_plugin.webhook.logs import log
 from hygon_dcu_plugin.webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from hygon_dcu_plugin.webhook.metrics import Metrics
 from hygon_dcu_plugin.webhook.reader import (
@@ -48,6 +48,8 @@ from hygon_dcu_plugin.webhook.reader import (
 )
 from hygon_dcu_plugin.webhook.review import BadReview, BodyTooCostly, decide, parse_body
 from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
+
+log = logging.getLogger(__name__)
 
 VALIDATE_PATH = "/validate"
 DEFAULT_CERT = "/etc/hygon-dcu-admission/tls/tls.crt"
@@ -113,11 +115,9 @@ class AdmissionServer(ThreadingHTTPServer):
         # excess costs neither a thread nor a handshake.
         if not self._connection_slots.acquire(blocking=False):
             self.metrics.connection_refused()
-            log(
-                logging.WARNING,
+            log.warning(
                 "connection_refused",
-                client=str(client_address[0]),
-                limit=self.max_connections,
+                extra={"client": str(client_address[0]), "limit": self.max_connections},
             )
             self.shutdown_request(request)
             return
@@ -144,11 +144,9 @@ class AdmissionServer(ThreadingHTTPServer):
             connection = self.certificates.context().wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as error:
             self.metrics.handshake_failure()
-            log(
-                logging.WARNING,
+            log.warning(
                 "tls_handshake_failed",
-                client=str(client_address[0]),
-                error=str(error),
+                extra={"client": str(client_address[0]), "error": str(error)},
             )
             return
         connection.settimeout(self.connection_timeout)
@@ -159,7 +157,7 @@ class AdmissionServer(ThreadingHTTPServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver would print a traceback to stderr; keep the log structured.
-        log(logging.ERROR, "connection_failed", client=str(client_address[0]), exc_info=True)
+        log.error("connection_failed", extra={"client": str(client_address[0])}, exc_info=True)
 
 
 def _close_gently(connection: socket.socket) -> None:
@@ -235,7 +233,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self.close_connection = True  # an idle kept-alive connection: close it quietly
         except OSError as error:  # the client went away mid-request: nobody to answer
             self.close_connection = True
-            log(logging.DEBUG, "connection_lost", error=str(error))
+            log.debug("connection_lost", extra={"error": str(error)})
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # http.server's own refusals (bad request line, too many headers), as JSON like ours.
@@ -317,7 +315,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
             return
         except Exception:  # a bug here must still answer, never drop the connection
-            log(logging.ERROR, "review_failed", exc_info=True)
+            log.error("review_failed", exc_info=True)
             self._error(
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 "internal-error",
@@ -331,18 +329,19 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         # Rules in the order their first violation was found.
         rules = list(dict.fromkeys(violation.rule.value for violation in decision.violations))
         rules += sorted(rule.value for rule in decision.rules if rule.value not in rules)
-        log(
-            logging.INFO,
+        log.info(
             "admission_review",
-            uid=decision.uid,
-            operation=decision.operation,
-            namespace=decision.namespace,
-            pod=decision.name,
-            allowed=decision.allowed,
-            rules=rules,
-            violations=decision.violation_count,
-            message=decision.message() if not decision.allowed else "",
-            duration_ms=round((time.monotonic() - started) * 1000, 3),
+            extra={
+                "uid": decision.uid,
+                "operation": decision.operation,
+                "namespace": decision.namespace,
+                "pod": decision.name,
+                "allowed": decision.allowed,
+                "rules": rules,
+                "violations": decision.violation_count,
+                "why": decision.message() if not decision.allowed else "",
+                "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            },
         )
         payload = json.dumps(decision.response()).encode()
         self._send(HTTPStatus.OK, payload, "application/json")
@@ -417,13 +416,14 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             # The client vanished mid-body (TLS EOF, reset): nobody to answer.
             self.close_connection = True
             self.server.metrics.bad_request("short-body")
-            log(
-                logging.WARNING,
+            log.warning(
                 "bad_request",
-                reason="short-body",
-                error=str(error),
-                method=self.command,
-                path=self.path,
+                extra={
+                    "reason": "short-body",
+                    "error": str(error),
+                    "method": self.command,
+                    "path": self.path,
+                },
             )
             return None
         if len(body) != length:
@@ -452,14 +452,15 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
     ) -> None:
         self.server.metrics.bad_request(reason)
-        log(
-            logging.WARNING,
+        log.warning(
             "bad_request",
-            status=int(status),
-            reason=reason,
-            message=message,
-            method=self.command,
-            path=self.path,
+            extra={
+                "status": int(status),
+                "reason": reason,
+                "why": message,
+                "method": self.command,
+                "path": self.path,
+            },
         )
         body = json.dumps({"error": message, "reason": reason, "code": int(status)}).encode()
         self._send(status, body, "application/json", headers)
@@ -489,10 +490,10 @@ class AdmissionHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         # Requests are logged once, as structured events, by the handlers above.
-        log(logging.DEBUG, "http", detail=format % args)
+        log.debug("http", extra={"detail": format % args})
 
     def log_error(self, format: str, *args: Any) -> None:
-        log(logging.WARNING, "http_error", detail=format % args)
+        log.warning("http_error", extra={"detail": format % args})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -561,9 +562,9 @@ def main(argv: list[str]) -> int:
         options = build_parser().parse_args(argv)
     except SystemExit as exit_:  # --help, or a usage error argparse already explained
         return exit_.code if isinstance(exit_.code, int) else 2
-    logs.configure(options.log_level)
+    logs.setup(options.log_level)
     if not malloc_tuning.tune():
-        log(logging.WARNING, "malloc_not_tuned", detail="no glibc mallopt; memory may grow")
+        log.warning("malloc_not_tuned", extra={"detail": "no glibc mallopt; memory may grow"})
     try:
         server = serve(
             options.address,
@@ -574,20 +575,19 @@ def main(argv: list[str]) -> int:
             max_connections=options.max_connections,
         )
     except CertificateError as error:
-        log(logging.ERROR, "startup_failed", error=str(error))
+        log.error("startup_failed", extra={"error": str(error)})
         return 2
     except OSError as error:
-        log(
-            logging.ERROR,
+        log.error(
             "startup_failed",
-            error=f"cannot listen on {options.address}:{options.port}: {error.strerror}",
+            extra={"error": f"cannot listen on {options.address}:{options.port}: {error.strerror}"},
         )
         return 2
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         delay = 0.0 if server.draining.is_set() else options.shutdown_delay_seconds
         server.draining.set()
-        log(logging.INFO, "stopping", signal=signal.Signals(signum).name, delay_seconds=delay)
+        log.info("stopping", extra={"signal": signal.Signals(signum).name, "delay_seconds": delay})
         # shutdown() waits for serve_forever to return: call it off the serving thread.
         timer = threading.Timer(delay, server.shutdown)
         timer.daemon = True
@@ -596,12 +596,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     host, port = server.server_address[:2]
-    log(logging.INFO, "listening", address=str(host), port=int(port), path=VALIDATE_PATH)
+    log.info("listening", extra={"address": str(host), "port": int(port), "path": VALIDATE_PATH})
     try:
         server.serve_forever()
     finally:
         server.server_close()
-    log(logging.INFO, "stopped")
+    log.info("stopped")
     return 0
 
 

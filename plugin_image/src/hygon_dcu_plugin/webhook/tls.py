@@ -14,7 +14,7 @@ import ssl
 import threading
 from collections.abc import Callable
 
-from hygon_dcu_plugin.webhook.logs import log
+log = logging.getLogger(__name__)
 
 _Contents = tuple[bytes, bytes]
 # PEM files this large are not a certificate and key; refuse rather than read them.
@@ -50,7 +50,7 @@ class CertificateReloader:
         try:
             contents = self._read_files()
         except CertificateError as error:
-            log(logging.ERROR, "tls_files_unreadable", error=str(error))
+            log.error("tls_files_unreadable", extra={"error": str(error)})
             return self._context
         with self._lock:
             if contents in (self._loaded, self._failed):
@@ -59,14 +59,14 @@ class CertificateReloader:
                 context = self._load()
             except CertificateError as error:
                 self._failed = contents
-                log(logging.ERROR, "tls_reload_failed", error=str(error))
+                log.error("tls_reload_failed", extra={"error": str(error)})
                 if self._on_reload is not None:
                     self._on_reload(False)
                 return self._context
             self._context = context
             self._loaded = contents
             self._failed = None
-        log(logging.INFO, "tls_reloaded", cert=self.cert_path)
+        log.info("tls_reloaded", extra={"cert": self.cert_path})
         if self._on_reload is not None:
             self._on_reload(True)
         return context

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,7 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
         while line := process.stderr.readline():
             lines.append(line)
             event: dict[str, Any] = json.loads(line)
-            if event["event"] == name:
+            if event["msg"] == name:
                 return event
         raise AssertionError(f"the process ended before logging {name}: {lines}")
 
@@ -83,15 +85,30 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
         rest = process.communicate(timeout=60)[1]
     assert process.returncode == 0
     events = _events(lines + rest.splitlines())
-    reviews = [event for event in events if event["event"] == "admission_review"]
+    # The image's one log schema (hygon_dcu_plugin/logs.py, docs/observability.md).
+    assert all(list(event)[:4] == ["time", "level", "logger", "msg"] for event in events)
+    assert all(event["time"].endswith("Z") for event in events)
+    reviews = [event for event in events if event["msg"] == "admission_review"]
     assert [event["uid"] for event in reviews] == ["uid-main", "uid-draining"]
     assert reviews[0]["allowed"] is False
     assert reviews[0]["rules"] == ["family-without-profile"]
     assert reviews[0]["level"] == "info"
-    assert reviews[0]["message"].startswith('container "train" requests')
-    assert events[-1]["event"] == "stopped"
+    assert reviews[0]["logger"] == "hygon_dcu_plugin.webhook.server"
+    assert reviews[0]["why"].startswith('container "train" requests')
+    assert events[-1]["msg"] == "stopped"
 
 
+@pytest.fixture
+def root_logging() -> Iterator[None]:
+    """main() configures the root logger (logs.setup); put it back for the tests after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("root_logging")
 def test_missing_certificate_exits_2_with_a_clear_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -109,7 +126,7 @@ def test_missing_certificate_exits_2_with_a_clear_log(
     )
     assert code == 2
     event = _events(capsys.readouterr().err.splitlines())[-1]
-    assert event["event"] == "startup_failed"
+    assert event["msg"] == "startup_failed"
     assert "none.crt" in event["error"]
 
 

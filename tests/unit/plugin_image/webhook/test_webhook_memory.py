@@ -73,7 +73,7 @@ def _listening_port(log_path: Path, process: subprocess.Popen[bytes]) -> int:
     while time.monotonic() < deadline and process.poll() is None:
         for line in log_path.read_text().splitlines():
             event = json.loads(line)
-            if event["event"] == "listening":
+            if event["msg"] == "listening":
                 return int(event["port"])
         time.sleep(0.05)
     raise AssertionError(f"the webhook never listened: {log_path.read_text()}")

@@ -40,9 +40,6 @@ STRUCTS = {
     "hydmiGpuInstanceInfo_t": hydmi.GpuInstanceInfo,
     "hydmiComputeInstanceInfo_t": hydmi.ComputeInstanceInfo,
     "hydmiDeviceAttributes_t": hydmi.DeviceAttributes,
-    "hydmiMemory_t": hydmi.MemoryInfo,
-    "hydmiUtilization_t": hydmi.Utilization,
-    "hydmiPciInfo_t": hydmi.PciInfo,
 }
 
 
@@ -67,13 +64,16 @@ def test_struct_layouts_match_the_compiled_header(sim_build: SimBuild) -> None:
     checked = 0
     for key, value in layout.items():
         struct_name, member = key.split(".", 1)
-        struct = STRUCTS[struct_name]
+        struct = STRUCTS.get(struct_name)
+        if struct is None:
+            continue  # a vendor struct the binding does not use
         if member == "sizeof":
             assert ctypes.sizeof(struct) == value, key
         else:
             assert getattr(struct, member).offset == value, key
         checked += 1
-    assert checked >= 45
+    assert checked == 35  # every member of every struct the binding declares
+    assert {key.split(".", 1)[0] for key in layout} >= set(STRUCTS)
 
 
 _PROBE = (
@@ -138,11 +138,18 @@ def test_explicit_path_is_the_only_candidate(sim_node: SimNode, sim_build: SimBu
     assert explicit.device_count() == 2
 
 
-def test_missing_symbol_fails_that_call_only(sim_node: SimNode) -> None:
+def test_missing_symbol_fails_that_call_only(
+    sim_node: SimNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The binding calls nothing the library lacks; nvmlDeviceGetUUID is a symbol the measured
+    # library (and so the simulator) does not export, declared here to reach that path.
+    signature = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint)
+    monkeypatch.setitem(hydmi.SIGNATURES, "nvmlDeviceGetUUID", signature)
     library = HydmiLibrary(str(sim_node.root))
     device = library.device_by_index(0)
+    buffer = ctypes.create_string_buffer(256)
     with pytest.raises(LibraryUnusable) as caught:
-        library.device_uuid(device)  # measured: not exported
+        library.call("nvmlDeviceGetUUID", device, buffer, len(buffer))
     assert (caught.value.call, caught.value.code) == ("nvmlDeviceGetUUID", 13)
     assert classify(caught.value.code) == "unusable"
     assert library.device_count() == 2
@@ -151,7 +158,7 @@ def test_missing_symbol_fails_that_call_only(sim_node: SimNode) -> None:
 
 def test_handles_keep_full_pointer_width(sim_node: SimNode) -> None:
     library = HydmiLibrary(str(sim_node.root))
-    library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     device = library.device_by_index(1)
     assert device.value is not None and device.value > 2**32  # simulator maps handles high
     gi = library.create_gpu_instance(device, 3, 2, 1)
@@ -163,13 +170,8 @@ def test_handles_keep_full_pointer_width(sim_node: SimNode) -> None:
     assert info.device == device.value
 
 
-def test_identity_gaps_are_absent_answers(sim_node: SimNode) -> None:
+def test_pci_lookup_needs_the_full_address(sim_node: SimNode) -> None:
     library = HydmiLibrary(str(sim_node.root))
-    device = library.device_by_index(0)
-    with pytest.raises(HydmiError) as caught:
-        library.device_name(device)
-    assert classify(caught.value.code) == "absent"
-    assert library.device_pci_info(device).bus_id == b""
     with pytest.raises(HydmiError) as short:
         library.device_by_pci("09:00.0")
     assert short.value.code == hydmi.INVALID_ARGUMENT
@@ -216,7 +218,7 @@ def test_error_types_and_classification() -> None:
 
 def test_unusable_library_means_not_partitioned(sim_node: SimNode, tmp_path: Path) -> None:
     enabled = Node(str(sim_node.root))
-    enabled.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     assert enabled.partitioned()
     broken = Node(str(sim_node.root), library_path=str(tmp_path / "missing.so"))
     assert broken.library.load_error is not None
@@ -229,16 +231,11 @@ def test_unusable_library_means_not_partitioned(sim_node: SimNode, tmp_path: Pat
         broken.cards()
 
 
-def test_remaining_calls_and_node_global_mig_device_index(sim_node: SimNode) -> None:
+def test_instance_calls_on_two_cards(sim_node: SimNode) -> None:
     library = HydmiLibrary(str(sim_node.root))
-    assert library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE) == hydmi.SUCCESS
+    sim_node.switch_mode()
     assert library.system_mig_mode() == (1, 1)
     card0, card1 = library.device_by_index(0), library.device_by_index(1)
-    assert library.device_mig_mode(card1) == (1, 1)
-    memory = library.device_memory(card0)
-    assert memory.total == 65520 * 2**20 and memory.used + memory.free == memory.total
-    utilization = library.device_utilization(card0)
-    assert (utilization.gpu, utilization.memory) == (0, 0)
     attributes = library.device_attributes(card0)
     assert (attributes.cu_count, attributes.gpu_instance_slice_count) == (80, 4)
     # One 4g.31gb instance per card, each with its whole-GI compute instance.
@@ -255,22 +252,6 @@ def test_remaining_calls_and_node_global_mig_device_index(sim_node: SimNode) -> 
             compute.value
         ]
     assert library.remaining_capacity(card0, 3) == 2
-    assert library.max_mig_device_count(card0) == 4
-    # The MIG device index space is node-global: card 0's handle reaches card 1's instance.
-    seen = []
-    for index in range(2):
-        mig = library.mig_device_by_index(card0, index)
-        seen.append(
-            (
-                library.device_attributes(mig).index,
-                library.mig_device_gpu_instance_id(mig),
-                library.mig_device_compute_instance_id(mig),
-            )
-        )
-    assert seen == [(0, 3, 0), (1, 3, 0)]
-    with pytest.raises(HydmiError) as caught:
-        library.mig_device_by_index(card0, 2)
-    assert classify(caught.value.code) == "absent"
     gi = library.gpu_instance_by_id(card1, 3)
     with pytest.raises(InstanceInUse):
         library.destroy_gpu_instance(gi)  # its compute instance still exists

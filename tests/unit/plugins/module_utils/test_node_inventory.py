@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ UUID_LINE = re.compile(r"^mig_uuid:\s+(\S+)$", re.MULTILINE)
 
 def enabled_node(sim_node: SimNode) -> Node:
     node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     return node
 
 
@@ -79,7 +80,7 @@ def test_hypothetical_model_is_discovered_not_assumed(sim_node_factory: SimNodeF
     created = node.create(2, 9, 4)  # 3g.48gb at 4:3
     assert created.gpu_instance_id == 1  # this model's first id
     assert created.profile is not None and created.profile.name == "3g.48gb"
-    assert node.card(2).occupied == frozenset({4, 5, 6})
+    assert node.cards()[2].occupied == frozenset({4, 5, 6})
 
 
 def test_no_virtualization_reports_no_profiles(sim_node_factory: SimNodeFactory) -> None:
@@ -112,14 +113,74 @@ def test_card_unreachable_by_pci_is_unhealthy(sim_node: SimNode) -> None:
 def test_remaining_capacity_and_free_placements(sim_node: SimNode) -> None:
     node = enabled_node(sim_node)
     node.create(0, 1, 0)  # 4g.31gb on slices 0-1
-    card = node.card(0)
+    card = node.cards()[0]
     two, four, eight = card.profiles
     assert card.occupied == frozenset({0, 1})
     assert card.remaining == {3: 2, 1: 1, 0: 0}
     assert card.free_placements(two) == (Placement(2, 1), Placement(3, 1))
     assert card.free_placements(four) == (Placement(2, 2),)
     assert card.free_placements(eight) == ()
-    assert node.card(1).remaining == {3: 4, 1: 2, 0: 1}
+    assert node.cards()[1].remaining == {3: 4, 1: 2, 0: 1}
+
+
+def library_remaining(node: Node, card_index: int) -> dict[int, int]:
+    device = node.library.device_by_index(card_index)
+    return {
+        p.id: node.library.remaining_capacity(device, p.id)
+        for p in node.cards()[card_index].profiles
+    }
+
+
+@pytest.mark.parametrize(
+    ("model", "carve"),
+    [
+        ("c3000-bw", [(1, 0)]),  # 4g.31gb at 0:2
+        ("c3000-bw", [(3, 1), (3, 3)]),  # two 2g.15gb, at slices 1 and 3
+        ("hypo-x8", [(9, 0), (19, 5)]),  # 3g.48gb at 0:3, 1g.16gb at 5
+        ("hypo-x8", [(14, 2), (19, 7)]),  # 2g.32gb at 2:2, 1g.16gb at 7
+    ],
+)
+def test_computed_remaining_equals_the_librarys(
+    sim_node_factory: SimNodeFactory, model: str, carve: list[tuple[int, int]]
+) -> None:
+    # Operators (mig_info) and the kubelet read the computed figure; the library's own must
+    # agree, on an idle card and on a partly carved one.
+    node = enabled_node(sim_node_factory(model=model, cards=2))
+    for profile_id, start in carve:
+        node.create(0, profile_id, start)
+    carved, idle = node.cards()[0], node.cards()[1]
+    assert carved.occupied and not idle.occupied
+    assert carved.remaining == library_remaining(node, 0)
+    assert idle.remaining == library_remaining(node, 1)
+    assert carved.remaining != idle.remaining
+
+
+def test_create_takes_the_cards_own_profile_and_placement(sim_node: SimNode) -> None:
+    node = enabled_node(sim_node)
+    _two, four, _eight = node.cards()[0].profiles
+    created = node.create(0, four, four.placements[1])
+    assert (created.profile, created.placement) == (four, Placement(2, 2))
+    # By value: an equal profile read from the other card (same table) is this card's too.
+    (_two, four_of_card1, _eight) = node.cards()[1].profiles
+    again = node.create(0, four_of_card1, Placement(0, 2))
+    assert again.placement == Placement(0, 2)
+    assert sim_node.ops()[0] == "create_gi card=0 gi=3 profile=1 placement=2:2"
+
+
+def test_create_refuses_a_profile_or_placement_the_card_does_not_have(sim_node: SimNode) -> None:
+    node = enabled_node(sim_node)
+    two, four, _eight = node.cards()[0].profiles
+    with pytest.raises(PlacementRefused, match=r"offers no profile 4g\.31gb \(id 1\) as given"):
+        node.create(0, dataclasses.replace(four, placements=(Placement(0, 2),)), Placement(0, 2))
+    with pytest.raises(PlacementRefused, match=r"offers no profile 4g\.31gb"):
+        node.create(0, dataclasses.replace(four, memory_mib=1), four.placements[0])
+    with pytest.raises(
+        PlacementRefused, match="no placement 1:2 on card 0; legal placements: 0:2 2:2"
+    ):
+        node.create(0, four, Placement(1, 2))
+    with pytest.raises(PlacementRefused, match="no placement 1:1 on card 0"):
+        node.create(0, four, two.placements[1])  # another profile's placement
+    assert sim_node.ops() == []
 
 
 def test_create_reads_uuid_from_conf_and_orders_gi_then_ci(sim_node: SimNode) -> None:
@@ -154,7 +215,7 @@ def test_compute_instance_failure_destroys_the_gpu_instance(sim_node: SimNode) -
         "create_gi card=0 gi=3 profile=1 placement=2:2",
         "destroy_gi card=0 gi=3",
     ]
-    assert node.instances() == [] and node.card(0).occupied == frozenset()
+    assert node.instances() == [] and node.cards()[0].occupied == frozenset()
 
 
 def test_illegal_requests_are_refused_before_the_library(sim_node: SimNode) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.hygon.dcu.plugins.module_utils import hydmi
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from ansible_collections.hygon.dcu.plugins.modules import kfd_holders_info, mig_info
 from simnode import SimNode
@@ -63,7 +62,7 @@ def test_wait_returns_once_the_holder_goes(
 
 def test_mig_info_reports_everything(sim_node: SimNode, run_module: ModuleRunner) -> None:
     node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     created = node.create(1, 3, 3)
     sim_node.ci_conf(0, 7, 0).mkdir()
     info = run_module(mig_info, {"host_root": str(sim_node.root)}, check_mode=True)["mig_info"]
@@ -118,7 +117,7 @@ def test_mig_info_unreachable_card_is_a_gap_not_a_failure(
     sim_node: SimNode, run_module: ModuleRunner
 ) -> None:
     node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     node.create(0, 0, 0)
     sim_node.make_unreachable(1)
     info = run_module(mig_info, {"host_root": str(sim_node.root)})["mig_info"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ansible_collections.hygon.dcu.plugins.module_utils import hydmi
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Instance, Node
 from ansible_collections.hygon.dcu.plugins.modules import mig_instances, mig_mode
 from simnode import SimNode
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
 
 def carve(sim_node: SimNode) -> tuple[Node, list[Instance]]:
     node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     created = [node.create(0, 3, 0), node.create(0, 1, 2), node.create(1, 0, 0)]
     return node, created
 
@@ -114,8 +113,7 @@ def test_held_instance_released_while_waiting(
 def test_poison_is_swept_and_a_full_directory_is_left(
     sim_node: SimNode, run_module: ModuleRunner
 ) -> None:
-    node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     sim_node.ci_conf(0, 5, 0).mkdir()
     full = sim_node.ci_conf(1, 4, 0)
     full.mkdir()
@@ -164,3 +162,41 @@ def test_missing_library_fails_with_next_step(sim_node: SimNode, run_module: Mod
     assert result["failed"] is True
     assert "LIBRARY_NOT_FOUND" in result["msg"] and "library_path" in result["msg"]
     assert destroy_ops(sim_node) == []
+
+
+def test_sweep_only_keeps_every_instance_and_needs_no_library(
+    sim_node: SimNode, run_module: ModuleRunner
+) -> None:
+    node, created = carve(sim_node)
+    sim_node.ci_conf(0, 9, 0).mkdir()
+    sim_node.ci_conf(1, 7, 0).mkdir()
+    # A library that cannot load: a sweep of every card reads only the registry.
+    args = {
+        "host_root": str(sim_node.root),
+        "sweep_only": True,
+        "library_path": str(sim_node.root / "nope.so"),
+    }
+    swept = ["/etc/dmi_mig_config/ci/dev0gi9ci0.conf", "/etc/dmi_mig_config/ci/dev1gi7ci0.conf"]
+
+    predicted = run_module(mig_instances, args, check_mode=True, diff=True)
+    assert predicted["changed"] is True and predicted["destroyed"] == []
+    assert predicted["swept"] == swept
+    assert sim_node.ci_conf(0, 9, 0).is_dir()
+
+    done = run_module(mig_instances, args, diff=True)
+    assert done["changed"] is True and done["destroyed"] == [] and done["swept"] == swept
+    assert done["diff"] == predicted["diff"]
+    assert not sim_node.ci_conf(0, 9, 0).exists() and not sim_node.ci_conf(1, 7, 0).exists()
+    assert destroy_ops(sim_node) == []
+    assert sorted(str(i.uuid) for i in node.instances()) == sorted(str(c.uuid) for c in created)
+
+    assert run_module(mig_instances, args, check_mode=True)["changed"] is False
+    assert run_module(mig_instances, args)["changed"] is False
+
+    sim_node.ci_conf(0, 8, 0).mkdir()
+    sim_node.ci_conf(1, 8, 0).mkdir()
+    one_card = run_module(
+        mig_instances, {"host_root": str(sim_node.root), "sweep_only": True, "cards": ["1"]}
+    )
+    assert one_card["swept"] == ["/etc/dmi_mig_config/ci/dev1gi8ci0.conf"]
+    assert sim_node.ci_conf(0, 8, 0).is_dir() and len(node.instances()) == 3

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from ansible_collections.hygon.dcu.plugins.module_utils import hydmi
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from ansible_collections.hygon.dcu.plugins.modules import mig_mode
 from simnode import SimNode
@@ -77,7 +76,7 @@ def test_disable_refused_while_instances_exist(
     sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner
 ) -> None:
     node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     created = node.create(1, 1, 2)
     result = run_module(mig_mode, args(sim_node, sim_build, "disabled"))
     assert result["failed"] is True
@@ -158,7 +157,7 @@ def test_missing_library_reads_mode_from_registry(
 ) -> None:
     bogus = str(sim_node.root / "missing" / "libhydmi_mig.so.1")
     node = Node(str(sim_node.root))
-    node.library.set_system_mig_mode(hydmi.MIG_MODE_ENABLE)
+    sim_node.switch_mode()
     node.create(0, 3, 0)
     result = run_module(mig_mode, args(sim_node, sim_build, "enabled", library_path=bogus))
     assert result["changed"] is False and result["mode_source"] == "registry"

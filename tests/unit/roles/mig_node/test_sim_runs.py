@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import simnode
+import yaml
 
 from .runner import REPO, PlaybookRun, node_vars, run_playbook
 
@@ -183,6 +184,131 @@ def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
     assert sim_node.status().mode == 1
 
 
+def test_recover_sweeps_only_empty_poison_keeps_instances_and_predicts_in_check_mode(
+    sim_node: simnode.SimNode,
+) -> None:
+    hy_smi(sim_node, "-mig", "1")
+    hy_smi(sim_node, "mig", "-cgi", "2g.15gb", "-C", "-i", "0")
+    (instance,) = sim_node.status().compute_instances
+    empty = sim_node.ci_dir / "dev0gi4ci0.conf"
+    empty.mkdir()
+    full = sim_node.ci_dir / "dev1gi5ci0.conf"
+    full.mkdir()
+    (full / "left-by-hand").write_text("x")
+    variables = node_vars(sim_node, hygon_dcu_mig_state="enabled")
+
+    check = run_playbook("reboot_recovery", "--check", extra_vars=variables)
+    real = run_playbook("reboot_recovery", extra_vars=variables)
+
+    for run in (check, real):
+        assert run.returncode != 0, run.output
+        message = final_failure(run)
+        assert "1 poison director(ies) could not be removed" in message
+        assert "/etc/dmi_mig_config/ci/dev1gi5ci0.conf (directory is not empty" in message
+    assert task_result(check, "Sweep poison directories out of the registry").startswith("changed:")
+    assert not empty.exists() and (full / "left-by-hand").exists()
+    # Only poison is swept: the instance a pod may be using stays.
+    assert [ci.uuid for ci in sim_node.status().compute_instances] == [instance.uuid]
+    assert not [op for op in sim_node.ops() if op.startswith("destroy_")]
+
+    (full / "left-by-hand").unlink()
+    swept = run_playbook("reboot_recovery", extra_vars=variables)
+    assert swept.returncode == 0, swept.output
+    assert "actions: swept 1 poison director(ies)." in swept.output
+    assert not full.exists()
+    again = run_playbook("reboot_recovery", extra_vars=variables)
+    assert again.returncode == 0, again.output
+    assert again.changed == 0
+    assert "actions: none." in again.output
+
+
+def write_site_tasks(path: Path, log: Path, node: simnode.SimNode, fail: bool = False) -> str:
+    """A site's task file: appends its name and the simulator's mode at that moment to ``log``."""
+    tasks = [
+        {
+            "name": f"Record {path.stem}",
+            "ansible.builtin.shell": (
+                f'printf "%s mode=%s\\n" {path.stem} "$(cat {node.sim_dir / "mode"})" >> {log}'
+            ),
+            "changed_when": True,
+        }
+    ]
+    if fail:
+        tasks.append({"name": "Refuse", "ansible.builtin.fail": {"msg": "the site says no"}})
+    path.write_text(yaml.safe_dump(tasks, sort_keys=False))
+    return str(path)
+
+
+def test_site_tasks_run_right_before_and_right_after_the_switch(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    log = tmp_path / "site.log"
+    before = write_site_tasks(tmp_path / "before.yml", log, sim_node)
+    after = write_site_tasks(tmp_path / "after.yml", log, sim_node)
+    hooks = {"hygon_dcu_before_switch_tasks": before, "hygon_dcu_after_switch_tasks": after}
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, **hooks))
+
+    assert run.returncode == 0, run.output
+    # The simulator's mode as each file saw it: off right before the switch, on right after.
+    assert log.read_text().splitlines() == ["before mode=0", "after mode=1"]
+    tasks = [line for line in run.output.splitlines() if line.startswith("TASK [")]
+    order = [
+        next(i for i, line in enumerate(tasks) if f": {name}]" in line)
+        for name in (
+            "Wait until no process holds /dev/kfd",
+            "Record before",
+            "Switch the partition mode with hy-smi",
+            "Record after",
+            "Print the run's summary",
+        )
+    ]
+    assert order == sorted(order), tasks
+
+    # Already enabled: nothing is switched, so neither file runs.
+    again = run_playbook("enable_mig", extra_vars=node_vars(sim_node, **hooks))
+    assert again.returncode == 0, again.output
+    assert again.changed == 0
+    assert len(log.read_text().splitlines()) == 2
+
+    # An empty value runs nothing there.
+    off = run_playbook(
+        "disable_mig", extra_vars=node_vars(sim_node, hygon_dcu_after_switch_tasks=after)
+    )
+    assert off.returncode == 0, off.output
+    assert task_result(off, "Run the site's tasks before the switch").startswith("skipping:")
+    assert log.read_text().splitlines()[2:] == ["after mode=0"]
+    assert sim_node.status().mode == 0
+
+
+def test_a_failing_site_task_before_the_switch_stops_the_run_with_the_node_as_it_was(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    log = tmp_path / "site.log"
+    hooks = {
+        "hygon_dcu_before_switch_tasks": write_site_tasks(
+            tmp_path / "before.yml", log, sim_node, fail=True
+        ),
+        "hygon_dcu_after_switch_tasks": write_site_tasks(tmp_path / "after.yml", log, sim_node),
+    }
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, **hooks))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "stage 'site tasks before the switch' failed in task 'Refuse': the site says no" in (
+        message
+    )
+    assert "NODE STATE: partition mode disabled, was disabled before the run" in message
+    assert "The mode was not switched" in message
+    assert "The mode is consistent" in message
+    assert log.read_text().splitlines() == ["before mode=0"]
+    assert "Switch the partition mode with hy-smi" not in run.output
+    assert sim_node.status().mode == 0
+    assert sim_node.ops() == []
+    assert not sim_node.registry_dir.exists()
+
+
 def test_a_driver_without_virtualization_support_is_refused_before_anything_happens(
     sim_node_factory: Callable[..., simnode.SimNode],
 ) -> None:
@@ -203,6 +329,14 @@ def test_a_driver_without_virtualization_support_is_refused_before_anything_happ
     [
         ({"hygon_dcu_poll_interval": "0"}, "hygon_dcu_poll_interval must be at least 1"),
         ({"hygon_dcu_full_drain": "maybe"}, "hygon_dcu_full_drain"),
+        (
+            {"hygon_dcu_before_switch_tasks": "site/before.yml"},
+            "hygon_dcu_before_switch_tasks is 'site/before.yml': set it to the absolute path",
+        ),
+        (
+            {"hygon_dcu_after_switch_tasks": "/no/such/after.yml"},
+            "hygon_dcu_after_switch_tasks is '/no/such/after.yml': set it to the absolute path",
+        ),
     ],
 )
 def test_bad_survey_answers_are_refused_before_anything_happens(
@@ -228,8 +362,10 @@ def test_a_missing_hy_smi_is_refused_before_anything_happens(
 
     assert run.returncode != 0
     message = final_failure(run)
+    assert "stage 'preflight' failed in task 'Require hy-smi'" in message
     assert "hy-smi was not found" in message
     assert "hygon_dcu_hy_smi_path" in message
+    assert "Nothing was changed" in message
     assert sim_node.status().mode == 0
 
 
