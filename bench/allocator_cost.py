@@ -1,5 +1,5 @@
 """Allocator cost on the simulator: Allocate latency and throughput through the real gRPC path,
-where the time goes (library vs. our code), reclaim-pass cost by record count, and how long the
+where the time goes (library vs. our code), reclaim-pass cost by grant count, and how long the
 kubelet waits for new counts after a change.
 
 Timings vary from run to run; every table also prints ratios to the smallest size measured in
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from hygon_dcu_plugin.records import Record
+from hygon_dcu_plugin.grants import Grant
 from hygon_dcu_plugin.vocabulary import FAMILY, profile_resource
 
 from .instrument import CallCost, Ledger
@@ -29,14 +29,14 @@ MODEL = "c3000-bw"
 class Scale:
     callers: tuple[int, ...]
     rounds: int  # each round fills the node with the narrowest profile, then reclaims
-    records: tuple[int, ...]
-    passes: int  # steady passes timed per record count (median reported)
+    grants: tuple[int, ...]
+    passes: int  # steady passes timed per grant count (median reported)
     watch_rounds: int
     cards: int = 8
 
 
-FULL = Scale(callers=(1, 8, 32), rounds=8, records=(10, 100, 1000), passes=5, watch_rounds=3)
-QUICK = Scale(callers=(1, 8, 32), rounds=1, records=(10, 50), passes=1, watch_rounds=1)
+FULL = Scale(callers=(1, 8, 32), rounds=8, grants=(10, 100, 1000), passes=5, watch_rounds=3)
+QUICK = Scale(callers=(1, 8, 32), rounds=1, grants=(10, 50), passes=1, watch_rounds=1)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -171,9 +171,9 @@ def _breakdown(tails: list[tuple[int, float, list[Sample]]]) -> str:
 
 
 # reclaim ----------------------------------------------------------------------------------
-def _synthetic_records(stack: PluginStack, count: int, profile: str) -> None:
-    """Records of running pods that own no live instance: the node cannot hold 1,000 live
-    partitions, but a pass still reads, checks and re-reads every record."""
+def _synthetic_grants(stack: PluginStack, count: int, profile: str) -> None:
+    """Grants of running pods that own no live instance: the node cannot hold 1,000 live
+    partitions, but a pass still reads, checks and re-reads every grant."""
     cards = [c for c in stack.node.cards() if c.pci]
     for i in range(count):
         card = cards[i % len(cards)]
@@ -181,7 +181,7 @@ def _synthetic_records(stack: PluginStack, count: int, profile: str) -> None:
             NAMESPACE, f"synthetic-{i:05d}", {"main": {FAMILY: "1", profile_resource(profile): "1"}}
         )
         stack.runtime.store.write(
-            Record(
+            Grant(
                 uuid=str(uuid.uuid4()),
                 card_pci=card.pci or "",
                 card_index=card.index,
@@ -206,12 +206,12 @@ def reclaim_cost(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
     base: tuple[float, float] | None = None
     profile = stack.profiles[0][0]
     capacity = stack.idle[profile_resource(profile)]
-    for count in scale.records:
+    for count in scale.grants:
         live = min(count, capacity)
         for token in stack.free_tokens(live):
             stack.new_pod(profile)
             stack.allocate(token)
-        _synthetic_records(stack, count - live, profile)
+        _synthetic_grants(stack, count - live, profile)
         ledger.clear()
         for _ignored in range(scale.passes):
             report = stack.runtime.reclaimer.run_pass()
@@ -244,12 +244,12 @@ def reclaim_cost(stack: PluginStack, ledger: Ledger, scale: Scale) -> str:
         )
     return "\n".join(
         [
-            f"reclaim pass ({MODEL}, {stack.cards} cards; records beyond the node's "
-            f"{capacity} live partitions are synthetic records of running pods that own "
+            f"reclaim pass ({MODEL}, {stack.cards} cards; grants beyond the node's "
+            f"{capacity} live partitions are synthetic grants of running pods that own "
             "no instance)",
             table(
                 [
-                    "records",
+                    "grants",
                     "live",
                     "steady ms",
                     "library",

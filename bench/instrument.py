@@ -62,7 +62,7 @@ class CallCost:
 
     @property
     def ours(self) -> float:
-        """Everything else: identification, placement, records, the answer, and waiting for
+        """Everything else: identification, placement, grants, the answer, and waiting for
         the interpreter (threads share one GIL)."""
         return max(0.0, self.total - self.library - self.lock_wait - self.kubelet - self.refresh)
 

@@ -87,7 +87,7 @@ class PluginStack:
             host_root=self.root,
             answer_root=self.root,
             library_path=library,
-            records_dir=str(state / "records"),
+            grants_dir=str(state / "grants"),
             lock_dir=str(state / "locks"),
             grace_seconds=0.0,
             resync_seconds=3600.0,
@@ -155,7 +155,7 @@ class PluginStack:
         The allocator serves the newest waiting pod (the kubelet admits one pod at a time, so
         that is the one being admitted). With concurrent callers, which a real kubelet never
         makes, a call may carve the partition of another caller's pod; listing the token on
-        the pod whose record holds it keeps the emulated kubelet consistent with that.
+        the pod whose grant holds it keeps the emulated kubelet consistent with that.
         """
         response: dp.ContainerAllocateResponse = self.kubelet.allocate(FAMILY, [token])
         owner = next(r for r in self.runtime.store.load() if token in r.device_ids)

@@ -44,7 +44,7 @@ class NodeError(Exception):
 
 
 class UuidMismatch(NodeError):
-    """The GPU instance id is live, but its uuid is not the one recorded: someone else's."""
+    """The GPU instance id is live, but its uuid is not the one expected: someone else's."""
 
     def __init__(
         self, card_index: int, gpu_instance_id: int, expected: str, actual: list[str]
@@ -243,8 +243,8 @@ class Node:
         self.host_root = host_root
         self.library = HydmiLibrary(host_root, library_path)
         # A card's profile table is fixed by the driver install; it changes only across a reboot
-        # or reinstall, which start a new process (and a new Node). Sweeping it on every call
-        # was most of the library calls of an Allocate (bench/allocator_cost.py).
+        # or reinstall, which start a new process (and a new Node); sweeping it on every call
+        # would be most of the library calls of an Allocate.
         self._profile_tables: dict[tuple[int, int], tuple[Profile, ...]] = {}
 
     # Registry and host paths
@@ -457,7 +457,7 @@ class Node:
                         )
                     )
                 for _handle, compute_id in computes:
-                    record = registry.record(index, live.info.id, compute_id)
+                    conf = registry.conf_file(index, live.info.id, compute_id)
                     canonical = conf_path(index, live.info.id, compute_id)
                     result.append(
                         Instance(
@@ -467,9 +467,9 @@ class Node:
                             compute_instance_id=compute_id,
                             profile=live.profile,
                             placement=placement,
-                            uuid=record.uuid if record else None,
-                            conf_path=canonical if record else None,
-                            conf_host_path=self.host_path(canonical) if record else None,
+                            uuid=conf.uuid if conf else None,
+                            conf_path=canonical if conf else None,
+                            conf_host_path=self.host_path(canonical) if conf else None,
                         )
                     )
         return result
@@ -517,11 +517,9 @@ class Node:
             self._roll_back(gpu_instance, exc, compute_instance)
             raise
         _checkpoint(checkpoint, "compute_instance_created")
-        record, findings = read_conf(
-            self.host_root, card_index, gpu_instance_id, compute_instance_id
-        )
+        conf, findings = read_conf(self.host_root, card_index, gpu_instance_id, compute_instance_id)
         canonical = conf_path(card_index, gpu_instance_id, compute_instance_id)
-        if record is None or record.uuid is None:
+        if conf is None or conf.uuid is None:
             detail = "; ".join(f.detail for f in findings) or "file missing"
             error = RegistryIncomplete(
                 f"created GPU instance {gpu_instance_id} / compute instance "
@@ -532,12 +530,12 @@ class Node:
             raise error
         return Instance(
             card_index=card_index,
-            pci=read_registry(self.host_root).cards.get(card_index) or record.pci,
+            pci=read_registry(self.host_root).cards.get(card_index) or conf.pci,
             gpu_instance_id=gpu_instance_id,
             compute_instance_id=compute_instance_id,
             profile=profile,
             placement=placement,
-            uuid=record.uuid,
+            uuid=conf.uuid,
             conf_path=canonical,
             conf_host_path=self.host_path(canonical),
         )
@@ -581,8 +579,8 @@ class Node:
                 ) from exc
             raise
         if expected_uuid is not None:
-            records = read_registry(self.host_root).records_for(card_index, gpu_instance_id)
-            live = sorted({r.uuid for r in records if r.uuid})
+            conf_files = read_registry(self.host_root).conf_files_for(card_index, gpu_instance_id)
+            live = sorted({r.uuid for r in conf_files if r.uuid})
             if expected_uuid not in live:
                 raise UuidMismatch(card_index, gpu_instance_id, expected_uuid, live)
         for handle, _compute_id in self._compute_instances(gpu_instance, info.placement.size):

@@ -45,7 +45,7 @@ _FILE_FLAGS = (
 
 @dataclass(frozen=True)
 class Finding:
-    """Something in the registry that is not a well-formed record.
+    """Something in the registry that is not a well-formed conf file.
 
     kind: ``poison`` (a directory on a ``ci/`` name), ``link``, ``unreadable``, ``bad_name``,
     ``not_a_file``, ``malformed`` (a conf file that does not parse or contradicts its name).
@@ -57,7 +57,7 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class ConfRecord:
+class ConfFile:
     """One ``ci/dev<N>gi<G>ci<C>.conf`` file. Ids come from the (validated) name."""
 
     card_index: int
@@ -79,22 +79,22 @@ class Registry:
     present: bool
     cards: dict[int, str] = field(default_factory=dict)  # library index -> PCI address
     gpu_instance_files: list[str] = field(default_factory=list)  # canonical paths
-    records: list[ConfRecord] = field(default_factory=list)
+    conf_files: list[ConfFile] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
 
-    def record(
+    def conf_file(
         self, card_index: int, gpu_instance_id: int, compute_instance_id: int
-    ) -> ConfRecord | None:
-        for entry in self.records:
+    ) -> ConfFile | None:
+        for entry in self.conf_files:
             key = (entry.card_index, entry.gpu_instance_id, entry.compute_instance_id)
             if key == (card_index, gpu_instance_id, compute_instance_id):
                 return entry
         return None
 
-    def records_for(self, card_index: int, gpu_instance_id: int) -> list[ConfRecord]:
+    def conf_files_for(self, card_index: int, gpu_instance_id: int) -> list[ConfFile]:
         return [
             entry
-            for entry in self.records
+            for entry in self.conf_files
             if (entry.card_index, entry.gpu_instance_id) == (card_index, gpu_instance_id)
         ]
 
@@ -185,9 +185,9 @@ def _int(value: str | None) -> int | None:
     return int(value)
 
 
-def _record_from(
+def _conf_file_from(
     name_match: re.Match[str], path: str, hostpath: str, parsed: ParsedConf
-) -> tuple[ConfRecord, list[str]]:
+) -> tuple[ConfFile, list[str]]:
     card, gpu_id, compute_id = (int(group) for group in name_match.groups())
     problems = list(parsed.problems)
     pci = parsed.gpu.get("pci") or parsed.compute.get("pci")
@@ -205,7 +205,7 @@ def _record_from(
         value = _int(raw)
         if raw is not None and value != expected:
             problems.append(f"{label} {raw[:32]!r} contradicts the file name")
-    record = ConfRecord(
+    conf_file = ConfFile(
         card_index=card,
         gpu_instance_id=gpu_id,
         compute_instance_id=compute_id,
@@ -219,7 +219,7 @@ def _record_from(
         compute_cu_count=_int(parsed.compute.get("cu_count")),
         memory_mib=_int(parsed.gpu.get("memory_size_MB")),
     )
-    return record, problems
+    return conf_file, problems
 
 
 def _read_file_at(directory_fd: int, name: str) -> bytes:
@@ -365,16 +365,16 @@ class _Reader:
             self.finding("unreadable", canonical, _describe(exc))
             return
         parsed = parse_conf_text(raw.decode("utf-8", errors="replace"))
-        record, problems = _record_from(
+        conf_file, problems = _conf_file_from(
             match, canonical, host_path(self.host_root, canonical), parsed
         )
-        self.registry.records.append(record)
+        self.registry.conf_files.append(conf_file)
         if problems:
             self.finding("malformed", canonical, "; ".join(problems[:5]))
 
 
 def classify_compute_entry(entry: os.DirEntry[str]) -> tuple[str, str] | None:
-    """A finding (kind, detail) for a ``ci/`` entry that cannot be a conf record, else None."""
+    """A finding (kind, detail) for a ``ci/`` entry that cannot be a conf file, else None."""
     if entry.is_symlink():
         return ("link", "not followed")
     if entry.is_dir(follow_symlinks=False):
@@ -399,13 +399,13 @@ def read_registry(host_root: str = "/") -> Registry:
 
 def read_conf(
     host_root: str, card_index: int, gpu_instance_id: int, compute_instance_id: int
-) -> tuple[ConfRecord | None, list[Finding]]:
+) -> tuple[ConfFile | None, list[Finding]]:
     """One conf file, read the same way as by read_registry."""
     registry = read_registry(host_root)
-    record = registry.record(card_index, gpu_instance_id, compute_instance_id)
+    conf_file = registry.conf_file(card_index, gpu_instance_id, compute_instance_id)
     wanted = conf_path(card_index, gpu_instance_id, compute_instance_id)
     findings = [finding for finding in registry.findings if finding.path == wanted]
-    return record, findings
+    return conf_file, findings
 
 
 @dataclass

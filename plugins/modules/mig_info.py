@@ -81,7 +81,8 @@ mig_info:
         support); null when no card could be queried.
       type: bool
     cards:
-      description: One entry per card the library counts.
+      description: One entry per card the library counts. C(remaining) is, per profile, how many
+        more instances fit at once on the free slices (the count the device plugin advertises).
       type: list
       elements: dict
       sample:

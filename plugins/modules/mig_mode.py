@@ -144,7 +144,7 @@ def instance_blockers(node: Node) -> list[str]:
         return [describe_instance(i) for i in node.instances()]
     except HydmiError:
         registry = node.registry()
-        named = [record.path for record in registry.records]
+        named = [conf.path for conf in registry.conf_files]
         named += registry.gpu_instance_files
         return named
 

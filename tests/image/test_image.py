@@ -36,7 +36,7 @@ pytestmark = pytest.mark.image
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 P4G = "hygon.com/dcu.partitioned.mig-4g.31gb"
 P8G = "hygon.com/dcu.partitioned.mig-8g.63gb"
-# An idle 8-card BW node in partition mode (hardware.md's table, 4 slices per card).
+# An idle 8-card BW node in partition mode (docs/dev/hardware.md's table, 4 slices per card).
 IDLE = {FAMILY: 32, P2G: 32, P4G: 16, P8G: 8, WHOLE_CARD: 0}
 MODULE_UTILS_IN_IMAGE = "/opt/hygon-dcu/ansible_collections/hygon/dcu/plugins/module_utils"
 
@@ -163,8 +163,8 @@ class Deployment:
         self.state = base / "state"
         plugin_dir = self.state / "device-plugins"
         pod_resources = self.state / "pod-resources"
-        records = self.state / "hygon-dcu"
-        for directory in (plugin_dir, pod_resources, records):
+        dcu_state = self.state / "hygon-dcu"
+        for directory in (plugin_dir, pod_resources, dcu_state):
             directory.mkdir(parents=True)
         self.api = FakeApiServer()
         port = self.api.start()
@@ -174,8 +174,8 @@ class Deployment:
             "answer_root": str(self.sim.root),
             "device_plugin_dir": str(plugin_dir),
             "pod_resources_socket": str(pod_resources / "kubelet.sock"),
-            "records_dir": str(records / "records"),
-            "lock_dir": str(records / "locks"),
+            "grants_dir": str(dcu_state / "grants"),
+            "lock_dir": str(dcu_state / "locks"),
             "policy": "pack",
             "resync_seconds": 1.0,
             "kubeconfig": "/etc/hygon-dcu/kubeconfig",
@@ -210,7 +210,7 @@ class Deployment:
             "--volume",
             f"{pod_resources}:{pod_resources}:ro",
             "--volume",
-            f"{records}:{records}",
+            f"{dcu_state}:{dcu_state}",
             "--volume",
             f"{self.state / 'config.yaml'}:/etc/hygon-dcu/config.yaml:ro",
             "--volume",

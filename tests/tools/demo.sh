@@ -25,7 +25,7 @@ make -s -C tests/simulator
 
 node="${HYGON_DCU_DEMO_NODE:-$repo/.build/demo-node}"
 sim="$repo/tests/simulator"
-# Sockets, records and locks of the runtime half: a short path (unix sockets stay under 108 bytes).
+# Sockets, grants and locks of the runtime half: a short path (unix sockets stay under 108 bytes).
 state=$(mktemp -d /tmp/hygon-demo.XXXXXX)
 runtime_pid=""
 

@@ -205,7 +205,7 @@ def demo(args: argparse.Namespace, plugin_env: dict[str, str]) -> int:
         "answer_root": str(node),  # host paths in Allocate answers point into it too
         "device_plugin_dir": kubelet.plugin_dir,
         "pod_resources_socket": kubelet.pod_resources_socket,
-        "records_dir": str(state / "records"),
+        "grants_dir": str(state / "grants"),
         "lock_dir": str(state / "locks"),
         "kubeconfig": str(state / "kubeconfig"),
         "node_name": NODE_NAME,

@@ -94,7 +94,7 @@ def partition_plan(
 ) -> dict[str, list[Device]]:
     """Every resource a partition node serves; hygon.com/dcu reads 0 there.
 
-    `in_use`: token ids the kubelet lists as assigned. `held`: partitions our records say are
+    `in_use`: token ids the kubelet lists as assigned. `held`: partitions our grants say are
     held, per resource. The kubelet lists a container's ids only after its Allocate returned,
     so for a moment a held partition has no listed token: a free token stands in for it,
     keeping the count exact (held + what still fits) at every instant.

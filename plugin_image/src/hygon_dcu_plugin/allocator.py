@@ -3,7 +3,7 @@
 Order of events, all under the node lock (identify-and-reserve is one step):
 identify the container (PodResources List + the API server), read its profile from its
 limits, choose card and placement from live driver state, create GI + CI under the card's
-lock, write the ownership record (fsync) BEFORE answering, annotate the pod, check the conf
+lock, write the partition grant (fsync) BEFORE answering, annotate the pod, check the conf
 file is still there, answer. Any failure after the create destroys the instance again.
 """
 
@@ -25,6 +25,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDR
 from .advertise import free_capacity
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .events import NORMAL, WARNING, PodEvents
+from .grants import Grant, GrantStore
 from .host import card_key, under
 from .identify import Target, identify
 from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
@@ -32,7 +33,6 @@ from .locks import Locks
 from .metrics import Metrics
 from .placement import PACK, CardView, choose
 from .podresources import PodLister, PodResourcesError
-from .records import Record, RecordStore
 from .request import ProfileRequest, RefusedRequest, parse_container
 from .response import partition_response, whole_card_response
 from .shown import shorten
@@ -72,7 +72,7 @@ def profile_for(container: ContainerSpec) -> str:
 def card_views(cards: Sequence[Card]) -> list[CardView[Profile]]:
     """Healthy cards with a device key (host.card_key; with the mode on, the registry's dev<N>
     only), as the placement policy sees them. A card without one is not offered, since its
-    lock, its records and the reclaimer all key on the address; card_key logs it.
+    lock, its grants and the reclaimer all key on the address; card_key logs it.
     """
     return [
         CardView(c.index, pci, c.slice_count, c.profiles, c.occupied)
@@ -91,7 +91,7 @@ class Allocator:
     def __init__(
         self,
         node: Node,
-        store: RecordStore,
+        store: GrantStore,
         kube: KubeApi,
         lister: PodLister,
         *,
@@ -161,11 +161,11 @@ class Allocator:
 
     # the family ------------------------------------------------------------------------
     def _partition(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
-        records = self.store.load()
-        if records.unreadable:
-            # Placement reads live driver state, so a bad record cannot cause an overlap;
+        grants = self.store.load()
+        if grants.unreadable:
+            # Placement reads live driver state, so a bad grant cannot cause an overlap;
             # it only blocks orphan collection (see the reclaimer).
-            log.error("unreadable ownership records", extra={"records": records.unreadable})
+            log.error("unreadable partition grants", extra={"grants": grants.unreadable})
         try:
             listed = self.lister.list()
         except PodResourcesError as exc:
@@ -191,7 +191,7 @@ class Allocator:
                 cache[(namespace, name)] = self.kube.get_pod(namespace, name)
             return cache[(namespace, name)]
 
-        target = identify(FAMILY, device_ids, listed, lookup, records.records)
+        target = identify(FAMILY, device_ids, listed, lookup, grants.grants)
         try:
             if target.reuse is not None:
                 return self._answer_again(target, target.reuse, device_ids)
@@ -237,7 +237,7 @@ class Allocator:
             except HydmiError as exc:
                 self._explain_poison(choice.card.index, exc)
                 raise
-            written: Record | None = None
+            written: Grant | None = None
             try:
                 if instance.uuid is None or instance.conf_path is None:
                     raise RuntimeError(f"created instance has no uuid/conf file: {instance}")
@@ -246,7 +246,7 @@ class Allocator:
                         f"the registry names no PCI address for card "
                         f"{instance.card_index} after the create"
                     )
-                record = Record(
+                grant = Grant(
                     uuid=instance.uuid,
                     card_pci=instance.pci,
                     card_index=choice.card.index,
@@ -263,12 +263,12 @@ class Allocator:
                     device_ids=tuple(device_ids),
                     created_at=time.time(),
                 )
-                self.store.write(record)
-                written = record
-                self._step("record_written")
-                self._annotate(record, container.name)
+                self.store.write(grant)
+                written = grant
+                self._step("grant_written")
+                self._annotate(grant, container.name)
                 self._step("annotated")
-                response = self._response(record)
+                response = self._response(grant)
             except BaseException as exc:
                 self._roll_back(instance, written, exc)
                 raise
@@ -277,8 +277,8 @@ class Allocator:
             pod.ref,
             NORMAL,
             "PartitionGranted",
-            f"container {container.name}: partition {profile_name} on card {record.card_pci} "
-            f"(slices {record.placement_start}:{record.placement_size}, uuid {record.uuid})",
+            f"container {container.name}: partition {profile_name} on card {grant.card_pci} "
+            f"(slices {grant.placement_start}:{grant.placement_size}, uuid {grant.uuid})",
         )
         log.info(
             "partition granted",
@@ -286,9 +286,9 @@ class Allocator:
                 "pod": pod.key,
                 "container": container.name,
                 "profile": profile_name,
-                "card": record.card_pci,
-                "placement": f"{record.placement_start}:{record.placement_size}",
-                "uuid": record.uuid,
+                "card": grant.card_pci,
+                "placement": f"{grant.placement_start}:{grant.placement_size}",
+                "uuid": grant.uuid,
             },
         )
         return response
@@ -311,7 +311,7 @@ class Allocator:
             "then remove it (rmdir or rm -r) and create the pod again",
         ) from exc
 
-    def _roll_back(self, instance: Instance, record: Record | None, cause: BaseException) -> None:
+    def _roll_back(self, instance: Instance, grant: Grant | None, cause: BaseException) -> None:
         log.error(
             "allocation failed after create; destroying the instance again",
             extra={
@@ -325,73 +325,73 @@ class Allocator:
             # failure may be exactly that its conf file (the uuid's only home) went missing.
             self.node.destroy(instance.card_index, instance.gpu_instance_id)
         except Exception as exc:
-            # Keep the record then: the reclaimer destroys it once the pod is gone.
+            # Keep the grant then: the reclaimer destroys it once the pod is gone.
             cause.add_note(f"rollback failed, left for the reclaimer: {exc}")
             return
-        if record is not None:
-            self.store.remove(record)
+        if grant is not None:
+            self.store.remove(grant)
 
-    def _annotate(self, record: Record, container: str) -> None:
+    def _annotate(self, grant: Grant, container: str) -> None:
         value = json.dumps(
             {
-                "card": record.card_pci,
+                "card": grant.card_pci,
                 "container": container,
-                "profile": record.profile,
-                "placement": f"{record.placement_start}:{record.placement_size}",
-                "uuid": record.uuid,
+                "profile": grant.profile,
+                "placement": f"{grant.placement_start}:{grant.placement_size}",
+                "uuid": grant.uuid,
             },
             sort_keys=True,
         )
         self.kube.annotate_pod(
-            record.namespace,
-            record.pod_name,
-            record.pod_uid,
+            grant.namespace,
+            grant.pod_name,
+            grant.pod_uid,
             {annotation_key(container): value},
         )
 
     def _answer_again(
-        self, target: Target, record: Record, device_ids: Sequence[str]
+        self, target: Target, grant: Grant, device_ids: Sequence[str]
     ) -> pb.ContainerAllocateResponse:
         """Same partition again: a retried call, or an app container given the device id of
         an init container of the same pod. Never resolved to a different instance."""
-        index = next((c.index for c in self.node.cards() if c.pci == record.card_pci), None)
+        index = next((c.index for c in self.node.cards() if c.pci == grant.card_pci), None)
         try:
             on_card = [] if index is None else self.node.instances(index)
         except HydmiError as exc:
             raise RequestRefused(
                 AllocateRefusal.CARD_UNHEALTHY,
-                f"the card {record.card_pci} holding this container's partition fails queries "
+                f"the card {grant.card_pci} holding this container's partition fails queries "
                 f"({exc}); delete the pod so it is scheduled again",
             ) from exc
         live = [
             i
             for i in on_card
-            if i.gpu_instance_id == record.gpu_instance_id and i.uuid == record.uuid
+            if i.gpu_instance_id == grant.gpu_instance_id and i.uuid == grant.uuid
         ]
         if not live:
             raise RequestRefused(
-                AllocateRefusal.STALE_RECORD,
-                f"the partition recorded for pod {record.pod_key} (uuid {record.uuid}) no longer "
+                AllocateRefusal.STALE_GRANT,
+                f"the partition granted to pod {grant.pod_key} (uuid {grant.uuid}) no longer "
                 "exists (the node rebooted or it was destroyed); delete the pod so it is "
                 "scheduled again",
             )
         container = target.container.name
-        if container not in record.containers:
-            updated = Record(
+        if container not in grant.containers:
+            updated = Grant(
                 **{
-                    **record.__dict__,
-                    "containers": (*record.containers, container),
-                    "device_ids": tuple(sorted({*record.device_ids, *device_ids})),
+                    **grant.__dict__,
+                    "containers": (*grant.containers, container),
+                    "device_ids": tuple(sorted({*grant.device_ids, *device_ids})),
                 }
             )
             self.store.write(updated)
             self._annotate(updated, container)
-            record = updated
-        return self._response(record)
+            grant = updated
+        return self._response(grant)
 
-    def _response(self, record: Record) -> pb.ContainerAllocateResponse:
+    def _response(self, grant: Grant) -> pb.ContainerAllocateResponse:
         return partition_response(
-            self.host_root, self.answer_root, record.card_pci, record.conf_path, record.uuid
+            self.host_root, self.answer_root, grant.card_pci, grant.conf_path, grant.uuid
         )
 
     # mode off ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ log = logging.getLogger("hygon_dcu_plugin")
 
 # Test hook: SIGKILL ourselves at the named step of create/destroy (node layer checkpoints
 # "gpu_instance_created", "compute_instance_created", "compute_instance_destroyed"; ours
-# "record_written", "annotated", "instance_destroyed"). Used by the crash-safety tests only.
+# "grant_written", "annotated", "instance_destroyed"). Used by the crash-safety tests only.
 KILL_AT_ENV = "HYGON_DCU_PLUGIN_TEST_KILL_AT"
 
 

@@ -30,7 +30,7 @@ class Settings:
     library_path: str | None = None
     device_plugin_dir: str = "/var/lib/kubelet/device-plugins"
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    records_dir: str = "/var/lib/hygon-dcu/records"
+    grants_dir: str = "/var/lib/hygon-dcu/grants"
     lock_dir: str = "/var/lib/hygon-dcu/locks"
     policy: str = "pack"
     grace_seconds: float = 30.0
@@ -65,7 +65,7 @@ class Settings:
             "answer_root",
             "device_plugin_dir",
             "pod_resources_socket",
-            "records_dir",
+            "grants_dir",
             "lock_dir",
         ):
             if not str(getattr(self, name)).startswith("/"):
@@ -85,10 +85,10 @@ config file (--config, YAML mapping; flags override it; every key is optional):
                         /opt/dtk/lib under host_root)
   device_plugin_dir     kubelet device-plugin directory (mount the directory, not a socket)
   pod_resources_socket  kubelet PodResources socket
-  records_dir           ownership records (0700 directory, 0600 files), must survive restarts
+  grants_dir            partition grants (0700 directory, 0600 files), must survive restarts
   lock_dir              node and per-card lock files
   policy                pack (fullest card that fits) or spread (emptiest card)
-  grace_seconds         a record younger than this is kept while its pod cannot be seen
+  grace_seconds         a grant younger than this is kept while its pod cannot be seen
                         (0 to 3600; default 30)
   resync_seconds        period of the reclaim pass (pod events also trigger one; 0.1 to 3600;
                         default 30)

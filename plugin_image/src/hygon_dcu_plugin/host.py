@@ -1,7 +1,7 @@
 """The node's filesystem as the plugin reads it through host_root: how a host path maps under
 a root, which PCI devices are Hygon cards, and the one device key of a card.
 
-A card's key is its PCI address: the whole-card device id, the card lock, the records and the
+A card's key is its PCI address: the whole-card device id, the card lock, the grants and the
 reclaimer all use it. A card whose address is not known is not offered, in either mode
 (see ``card_key``).
 """
@@ -62,8 +62,8 @@ def card_key(card: Card, sysfs_addresses: Sequence[str] | None = None) -> str | 
     only) the sysfs address at its index, else None.
 
     None means the card is not offered, in either mode (fail closed): a device id that is not
-    a PCI address could never be served, and without the address no lock, record or reclaim
-    can name the card. With the mode on only the registry counts: instances, records and the
+    a PCI address could never be served, and without the address no lock, grant or reclaim
+    can name the card. With the mode on only the registry counts: instances, grants and the
     reclaimer all carry the registry's address, so the sysfs pairing (an inference) would key
     the card differently from its own partitions. The first time a card has no key it is
     logged with the fix, and once more when it has one again.

@@ -17,9 +17,9 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .grants import Grant
 from .kube import ContainerSpec, Pod
 from .podresources import ListedPod
-from .records import Record
 from .vocabulary import AllocateRefusal, RequestRefused
 
 log = logging.getLogger(__name__)
@@ -29,9 +29,9 @@ log = logging.getLogger(__name__)
 class Target:
     pod: Pod
     container: ContainerSpec
-    # A live record of this pod holding one of the requested ids: answer with its partition
+    # A live grant of this pod holding one of the requested ids: answer with its partition
     # (a retried call for the same container, or an app container reusing an init container's).
-    reuse: Record | None = None
+    reuse: Grant | None = None
 
 
 def _requesting(pod: Pod, resource: str) -> list[ContainerSpec]:
@@ -40,9 +40,9 @@ def _requesting(pod: Pod, resource: str) -> list[ContainerSpec]:
 
 
 def _pending(
-    pod: Pod, listed: ListedPod, resource: str, records: Sequence[Record]
+    pod: Pod, listed: ListedPod, resource: str, grants: Sequence[Grant]
 ) -> ContainerSpec | None:
-    done = {name for r in records if r.pod_uid == pod.uid for name in r.containers}
+    done = {name for r in grants if r.pod_uid == pod.uid for name in r.containers}
     app_names = {c.name for c in pod.containers}
     listed_devices = {c.name: c.devices.get(resource, ()) for c in listed.containers}
     for container in _requesting(pod, resource):
@@ -60,7 +60,7 @@ def identify(
     device_ids: Sequence[str],
     listed: Sequence[ListedPod],
     lookup: Callable[[str, str], Pod | None],
-    records: Sequence[Record],
+    grants: Sequence[Grant],
 ) -> Target:
     candidates: list[tuple[Pod, ListedPod]] = []
     for entry in listed:
@@ -75,19 +75,19 @@ def identify(
 
     wanted = set(device_ids)
     for pod, entry in candidates:
-        for record in records:
-            if record.pod_uid == pod.uid and wanted & set(record.device_ids):
-                pending = _pending(pod, entry, resource, records)
+        for grant in grants:
+            if grant.pod_uid == pod.uid and wanted & set(grant.device_ids):
+                pending = _pending(pod, entry, resource, grants)
                 if pending is None:
                     pending = next(
-                        c for c in _requesting(pod, resource) if c.name == record.containers[-1]
+                        c for c in _requesting(pod, resource) if c.name == grant.containers[-1]
                     )
-                return Target(pod=pod, container=pending, reuse=record)
+                return Target(pod=pod, container=pending, reuse=grant)
 
     waiting = [
         (pod, container)
         for pod, entry in candidates
-        if (container := _pending(pod, entry, resource, records)) is not None
+        if (container := _pending(pod, entry, resource, grants)) is not None
     ]
     if not waiting:
         raise RequestRefused(

@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 # (apiGroup, resource, verb) for every call below; "" is the core group.
 API_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("", "pods", "get"),  # get_pod: identify the container, confirm a pod is gone
-    ("", "pods", "patch"),  # annotate_pod: record the partition on the pod
+    ("", "pods", "patch"),  # annotate_pod: the grant's annotation on the pod
     ("", "pods", "list"),  # list_node_pods, and the list behind watch_pods
     ("", "pods", "watch"),  # watch_pods: wake the reclaimer when a pod on this node changes
     ("", "pods", "delete"),  # delete_pod_with_uid: opt-in, pods whose partition is lost

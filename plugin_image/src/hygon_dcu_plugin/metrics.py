@@ -10,10 +10,10 @@ __all__ = ["FAILURE_REASONS", "RECLAIM_ACTIONS", "LabelKey", "Metrics"]
 RECLAIM_ACTIONS = (
     "destroyed",
     "in_use_retry",
-    "stale_record",
+    "stale_grant",
     "orphan_destroyed",
     "poison_swept",
-    "corrupt_record",
+    "corrupt_grant",
     "partition_lost",
     "lost_pod_deleted",
 )

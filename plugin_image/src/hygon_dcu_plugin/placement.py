@@ -2,7 +2,7 @@
 
 Pure functions over what the driver reports (legal placements per profile, occupied slices);
 nothing here assumes the BW profile table. Occupied slices come from live driver state, not
-only from our records, so a hand-carved instance is never overlapped.
+only from our grants, so a hand-carved instance is never overlapped.
 
 The slice geometry (which slices a placement covers, which placements are free, how many
 more instances fit) is the node layer's (``plugins/module_utils/node.py``), so the counts the
@@ -156,7 +156,7 @@ def choose(cards: Sequence[CardView[P]], profile_name: str, policy: str = PACK) 
 
     pack: the placement that costs the node the least future capacity (fewer wide instances lost
     first), then the fullest card (fewest free slices), so whole cards stay free for wide
-    profiles; measured against the alternatives in bench/placement_quality.py.
+    profiles (bench/README.md compares it with the alternatives).
     spread: the emptiest card. Ties go to the lowest card index.
     """
     if policy not in POLICIES:

@@ -1,19 +1,19 @@
 """Reclaim: destroy partitions whose pods are done, and everything nobody owns.
 
-Runs on every pod event and on a periodic resync. A record is reclaimed at once when its pod
+Runs on every pod event and on a periodic resync. A grant is reclaimed at once when its pod
 has reached a terminal phase, its deletion has started, the watch saw it deleted, or its name
 now has another uid. A pod in its termination grace may still run: the driver refuses to
 destroy an instance a process holds (IN_USE), so a workload still using its partition keeps it
 and the next pass (the pod's next status change) retries; that wait is expected and reported
-only once the pod has stopped. The grace period protects only a record whose pod the API server
+only once the pod has stopped. The grace period protects only a grant whose pod the API server
 does not show (yet). Destroy is uuid-guarded (a reused id is someone else's instance and is
 never destroyed). Poison directories are swept out of ci/.
 
 Orphan collection fails closed (docs/dev/runtime.md): an instance is collected only when the
-driver state and every record agree nobody owns it, after re-reading the records under the
-card lock (Allocate writes its record under that lock). Nothing is collected while a record
+driver state and every grant agree nobody owns it, after re-reading the grants under the
+card lock (Allocate writes its grant under that lock). Nothing is collected while a grant
 is unreadable, nor on a card whose registry entries are unreadable or odd, nor at a card + GPU
-instance any record claims (whatever the uuid), nor while a live compute instance has no
+instance any grant claims (whatever the uuid), nor while a live compute instance has no
 readable conf file. Each stop is logged once, with the fix.
 """
 
@@ -37,11 +37,11 @@ from ansible_collections.hygon.dcu.plugins.module_utils.registry import Finding,
 
 from .conditions import Conditions
 from .events import WARNING, PodEvents
+from .grants import Grant, GrantStore
 from .kube import KubeApi, KubeApiError, Pod, PodEvent, PodRef
 from .locks import Locks
 from .lost import LostGrants, grant_lost
 from .metrics import Metrics
-from .records import Record, RecordStore
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ DELETED_UIDS_KEPT = 4096
 class PassReport:
     destroyed: list[str] = field(default_factory=list)  # uuids
     in_use: list[str] = field(default_factory=list)
-    stale: list[str] = field(default_factory=list)  # records whose instance is gone or reused
-    lost: list[str] = field(default_factory=list)  # live pods' records whose instance is gone
+    stale: list[str] = field(default_factory=list)  # grants whose instance is gone or reused
+    lost: list[str] = field(default_factory=list)  # live pods' grants whose instance is gone
     orphans: list[str] = field(default_factory=list)  # "pci gi<id> <uuid>"
     swept: list[str] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
@@ -67,8 +67,8 @@ class PassReport:
 
 class _CardIndexes:
     """PCI address -> card index for one pass. The cards are enumerated at most once per pass
-    (on the first record that needs it), even when none has an address (mode off): a teardown
-    of N records would otherwise cost N enumerations (the benchmark measured it). The same for
+    (on the first grant that needs it), even when none has an address (mode off): a teardown
+    of N grants would otherwise cost N enumerations. The same for
     each card's live instances (read once per pass for the lost-grant check)."""
 
     def __init__(self, node: Node) -> None:
@@ -91,7 +91,7 @@ class Reclaimer:
     def __init__(
         self,
         node: Node,
-        store: RecordStore,
+        store: GrantStore,
         kube: KubeApi,
         *,
         locks: Locks,
@@ -127,7 +127,7 @@ class Reclaimer:
 
     def pod_event(self, event: PodEvent) -> None:
         """A pod watch event: remember a deletion (so the grace no longer applies to its
-        records) and wake the loop."""
+        grants) and wake the loop."""
         if event.kind == "DELETED" and event.uid:
             with self._deleted_lock:
                 self._deleted[event.uid] = None
@@ -153,16 +153,16 @@ class Reclaimer:
         report = PassReport()
         try:
             self._sweep(report)
-            records = self.store.load()
-            report.unreadable = records.unreadable
-            self._count("corrupt_record", len(records.unreadable))
+            grants = self.store.load()
+            report.unreadable = grants.unreadable
+            self._count("corrupt_grant", len(grants.unreadable))
             card_indexes = _CardIndexes(self.node)
             self.lost.begin_pass()
-            for record in records:
-                self._reclaim_if_done(record, report, card_indexes)
+            for grant in grants:
+                self._reclaim_if_done(grant, report, card_indexes)
             self.lost.end_pass()
-            if records.unreadable:
-                report.orphan_collection = _unreadable_records(records.unreadable)
+            if grants.unreadable:
+                report.orphan_collection = _unreadable_grants(grants.unreadable)
             else:
                 self._collect_orphans(report)
             self._settle_stops(report)
@@ -177,7 +177,7 @@ class Reclaimer:
     def _settle_stops(self, report: PassReport) -> None:
         current = {f"card {pci}": why for pci, why in report.blocked.items()}
         if report.orphan_collection != "done":
-            current["records"] = report.orphan_collection
+            current["grants"] = report.orphan_collection
         self.stops.settle(current)
         self.metrics.orphan_collection_stopped.set_all(
             {(("card", pci),): 1.0 for pci in report.blocked}
@@ -190,33 +190,31 @@ class Reclaimer:
         for kept in result.kept:
             report.errors.append(f"poison not swept: {kept.path}: {kept.detail}")
 
-    def _pod_done(self, record: Record) -> tuple[str | None, Pod | None]:
-        """Why the record's partition can go (None to keep it), and its pod if it lives."""
+    def _pod_done(self, grant: Grant) -> tuple[str | None, Pod | None]:
+        """Why the grant's partition can go (None to keep it), and its pod if it lives."""
         try:
-            pod = self.kube.get_pod(record.namespace, record.pod_name)
+            pod = self.kube.get_pod(grant.namespace, grant.pod_name)
         except KubeApiError as exc:
             log.warning(
                 "cannot read pod; keeping its partition this pass",
-                extra={"pod": record.pod_key, "error": str(exc)},
+                extra={"pod": grant.pod_key, "error": str(exc)},
             )
             return None, None
-        if pod is not None and pod.uid != record.pod_uid:
+        if pod is not None and pod.uid != grant.pod_uid:
             return "pod replaced by another of the same name", None
         if pod is not None and pod.terminal:
             return f"pod {pod.phase}", pod
         if pod is not None:
             return ("pod deletion started", pod) if pod.deleting else (None, pod)
-        if self._seen_deleted(record.pod_uid):
+        if self._seen_deleted(grant.pod_uid):
             return "pod deleted", None
-        if time.time() - record.created_at < self.grace_seconds:
+        if time.time() - grant.created_at < self.grace_seconds:
             return None, None  # not visible yet, or deleted: the next passes tell
         return "pod deleted", None
 
-    def _check_grant(
-        self, record: Record, pod: Pod, report: PassReport, cards: _CardIndexes
-    ) -> None:
+    def _check_grant(self, grant: Grant, pod: Pod, report: PassReport, cards: _CardIndexes) -> None:
         """A live pod's partition must still exist; a card that cannot tell decides nothing."""
-        index = cards.of(record.card_pci)
+        index = cards.of(grant.card_pci)
         if index is None or pod.deleting:
             return
         try:
@@ -224,54 +222,54 @@ class Reclaimer:
         except HydmiError as exc:
             log.warning(
                 "cannot list the card's instances; lost-grant check skipped",
-                extra={"card": record.card_pci, "error": str(exc)},
+                extra={"card": grant.card_pci, "error": str(exc)},
             )
             return
-        if not grant_lost(record, live):
+        if not grant_lost(grant, live):
             return
         # Confirm under the card lock: an Allocate that failed after its create removes the
-        # instance and then its record while holding it; that is a rollback, not a loss.
-        with self.locks.card(record.card_pci):
-            if record not in self.store.load().records:
+        # instance and then its grant while holding it; that is a rollback, not a loss.
+        with self.locks.card(grant.card_pci):
+            if grant not in self.store.load().grants:
                 return
-            if not grant_lost(record, self.node.instances(index)):
+            if not grant_lost(grant, self.node.instances(index)):
                 return
-        report.lost.append(record.uuid)
-        self.lost.found(record, pod)
+        report.lost.append(grant.uuid)
+        self.lost.found(grant, pod)
 
     def _reclaim_if_done(
-        self, record: Record, report: PassReport, card_indexes: _CardIndexes
+        self, grant: Grant, report: PassReport, card_indexes: _CardIndexes
     ) -> None:
-        why, pod = self._pod_done(record)
+        why, pod = self._pod_done(grant)
         if why is None:
             if pod is not None:
-                self._check_grant(record, pod, report, card_indexes)
+                self._check_grant(grant, pod, report, card_indexes)
             return
-        index = card_indexes.of(record.card_pci)
-        with self.locks.card(record.card_pci):
+        index = card_indexes.of(grant.card_pci)
+        with self.locks.card(grant.card_pci):
             try:
                 if index is None:
-                    raise InstanceNotFound(f"no card at {record.card_pci}")
+                    raise InstanceNotFound(f"no card at {grant.card_pci}")
                 self.node.destroy(
                     index,
-                    record.gpu_instance_id,
-                    expected_uuid=record.uuid,
+                    grant.gpu_instance_id,
+                    expected_uuid=grant.uuid,
                     checkpoint=self.checkpoint,
                 )
             except InstanceInUse:
-                report.in_use.append(record.uuid)
+                report.in_use.append(grant.uuid)
                 self._count("in_use_retry")
                 log.info(
                     "partition still in use; retrying next pass",
-                    extra={"uuid": record.uuid, "pod": record.pod_key},
+                    extra={"uuid": grant.uuid, "pod": grant.pod_key},
                 )
                 if pod is not None and pod.deleting and not pod.terminal:
                     return  # its containers may still be stopping: not stuck (yet)
                 self.events.emit(
-                    PodRef(record.namespace, record.pod_name, record.pod_uid),
+                    PodRef(grant.namespace, grant.pod_name, grant.pod_uid),
                     WARNING,
                     "PartitionReclaimStuck",
-                    f"{why}, but partition {record.uuid} is still held open by a process "
+                    f"{why}, but partition {grant.uuid} is still held open by a process "
                     "(IN_USE); the plugin retries on every pass. Find the process holding "
                     "/dev/kfd or the render node on this node and stop it",
                 )
@@ -279,21 +277,21 @@ class Reclaimer:
             except (InstanceNotFound, UuidMismatch) as exc:
                 # The instance it names is gone (reboot, manual destroy) or the id now belongs
                 # to another instance: nothing of ours to destroy, never touch the other one.
-                report.stale.append(record.uuid)
-                self._count("stale_record")
+                report.stale.append(grant.uuid)
+                self._count("stale_grant")
                 log.warning(
-                    "record names no live instance; dropping it",
-                    extra={"uuid": record.uuid, "pod": record.pod_key, "detail": str(exc)},
+                    "grant names no live instance; dropping it",
+                    extra={"uuid": grant.uuid, "pod": grant.pod_key, "detail": str(exc)},
                 )
             else:
-                report.destroyed.append(record.uuid)
+                report.destroyed.append(grant.uuid)
                 self._count("destroyed")
                 log.info(
                     "partition reclaimed",
-                    extra={"uuid": record.uuid, "pod": record.pod_key, "why": why},
+                    extra={"uuid": grant.uuid, "pod": grant.pod_key, "why": why},
                 )
             self._step("instance_destroyed")
-            self.store.remove(record)
+            self.store.remove(grant)
 
     def _collect_orphans(self, report: PassReport) -> None:
         for card in self.node.cards():
@@ -312,12 +310,12 @@ class Reclaimer:
             return
         self._step("orphans_listed")
         with self.locks.card(card_pci):
-            # Re-read under the lock Allocate holds from create to record: a claim made
+            # Re-read under the lock Allocate holds until its grant is written: a claim made
             # since the listing above is seen here.
-            records = self.store.load()
-            if records.unreadable:
-                report.orphan_collection = _unreadable_records(records.unreadable)
-                report.unreadable = records.unreadable
+            grants = self.store.load()
+            if grants.unreadable:
+                report.orphan_collection = _unreadable_grants(grants.unreadable)
+                report.unreadable = grants.unreadable
                 return
             live = self.node.instances(card_index)
             why = _why_collection_stops(live, self.node.registry().findings_for_card(card_index))
@@ -328,11 +326,11 @@ class Reclaimer:
                 claimed = any(
                     r.gpu_instance_id == instance.gpu_instance_id
                     and card_index_or_pci_match(r, card_index, card_pci)
-                    for r in records
+                    for r in grants
                 )
                 if not claimed:
                     # A claim at this GPU instance holds whatever the uuids say: its end is
-                    # the record's reclaim, never an orphan collection.
+                    # the grant's reclaim, never an orphan collection.
                     self._destroy_orphan(card_index, card_pci, instance, report)
 
     def _destroy_orphan(
@@ -355,7 +353,7 @@ class Reclaimer:
             return
         report.orphans.append(label)
         self._count("orphan_destroyed")
-        log.warning("collected an instance no record owns", extra={"instance": label})
+        log.warning("collected an instance no grant owns", extra={"instance": label})
 
     # the loop ----------------------------------------------------------------------------
     def run(self, stop: threading.Event, resync_seconds: float) -> None:
@@ -368,17 +366,17 @@ class Reclaimer:
             self.wake.clear()
 
 
-def card_index_or_pci_match(record: Record, card_index: int, card_pci: str) -> bool:
-    """A record names its card by both; either one matching counts as a claim (fail closed
+def card_index_or_pci_match(grant: Grant, card_index: int, card_pci: str) -> bool:
+    """A grant names its card by both; either one matching counts as a claim (fail closed
     when the registry's dev<N> map changed under it)."""
-    return record.card_pci == card_pci or record.card_index == card_index
+    return grant.card_pci == card_pci or grant.card_index == card_index
 
 
-def _unreadable_records(unreadable: list[tuple[str, str]]) -> str:
+def _unreadable_grants(unreadable: list[tuple[str, str]]) -> str:
     return (
-        "skipped: unreadable records "
+        "skipped: unreadable grants "
         + ", ".join(f"{path} ({why})" for path, why in unreadable)
-        + "; fix or remove them (an unreadable record may own a live instance)"
+        + "; fix or remove them (an unreadable grant may own a live instance)"
     )
 
 

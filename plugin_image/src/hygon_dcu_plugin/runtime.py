@@ -21,13 +21,13 @@ from .allocator import Allocator, card_views
 from .board import DeviceBoard
 from .config import Settings
 from .events import PodEvents
+from .grants import GrantStore
 from .held import held_tokens
 from .kube import KubeApi
 from .locks import Locks
 from .metrics import LabelKey, Metrics
 from .podresources import PodLister
 from .reclaimer import Reclaimer
-from .records import RecordStore
 from .service import PluginServers
 from .vocabulary import FAMILY, WHOLE_CARD, profile_resource
 from .whole_cards import plan_whole_cards
@@ -52,7 +52,7 @@ class Runtime:
         self.lister = lister
         self.metrics = Metrics()
         self.board = DeviceBoard()
-        self.store = RecordStore(settings.records_dir)
+        self.store = GrantStore(settings.grants_dir)
         self.store.ensure()
         self.store.remove_temporaries()
         self.locks = Locks(settings.lock_dir)
@@ -173,16 +173,16 @@ class Runtime:
 
     def _update_node_gauges(self) -> None:
         """Live instances and free capacity from the driver; partition attribution from the
-        records (bounded by the partitions a node can hold)."""
+        grants (bounded by the partitions a node can hold)."""
         info: dict[LabelKey, float] = {}
-        for record in self.store.load():
+        for grant in self.store.load():
             key: LabelKey = (
-                ("uuid", record.uuid),
-                ("namespace", record.namespace),
-                ("pod", record.pod_name),
-                ("container", ",".join(record.containers)),
-                ("profile", record.profile),
-                ("card", record.card_pci),
+                ("uuid", grant.uuid),
+                ("namespace", grant.namespace),
+                ("pod", grant.pod_name),
+                ("container", ",".join(grant.containers)),
+                ("profile", grant.profile),
+                ("card", grant.card_pci),
             )
             info[key] = 1.0
         self.metrics.partition_info.set_all(info)

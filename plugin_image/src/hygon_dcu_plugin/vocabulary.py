@@ -55,7 +55,7 @@ class AllocateRefusal(StrEnum):
     NO_CAPACITY = "no_capacity"
     UNIDENTIFIED = "unidentified"
     KUBELET_UNREACHABLE = "kubelet_unreachable"
-    STALE_RECORD = "stale_record"
+    STALE_GRANT = "stale_grant"
     CARD_UNHEALTHY = "card_unhealthy"
     POISONED_REGISTRY = "poisoned_registry"
 
@@ -77,7 +77,7 @@ _GRPC_STATUS = {
     AllocateRefusal.NO_CAPACITY: "RESOURCE_EXHAUSTED",
     AllocateRefusal.UNIDENTIFIED: "FAILED_PRECONDITION",
     AllocateRefusal.KUBELET_UNREACHABLE: "FAILED_PRECONDITION",
-    AllocateRefusal.STALE_RECORD: "FAILED_PRECONDITION",
+    AllocateRefusal.STALE_GRANT: "FAILED_PRECONDITION",
     AllocateRefusal.CARD_UNHEALTHY: "FAILED_PRECONDITION",
     AllocateRefusal.POISONED_REGISTRY: "FAILED_PRECONDITION",
 }

@@ -399,7 +399,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetAttributes(nvmlDevice_t device, hydmiDeviceAttr
     unsigned card;
     int rc = resolve_dev(ctx, device, &card);
     if (rc == SIM_SUCCESS) {
-        /* uuid and name stay empty: the library offers no identity (hardware.md). */
+        /* uuid and name stay empty: the library offers no identity (docs/dev/hardware.md). */
         memset(a, 0, sizeof(*a));
         a->index = card;
         a->cu_count = ctx->node.cu_count;
@@ -948,7 +948,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned
 
 /* ---------------------------------------------------------------- simulator only --------- */
 /* hydmiSim* symbols do not exist in the vendor library: a test reads this table to check the
- * struct layouts compiled here against the sizes/offsets it derives from hardware.md. */
+ * struct layouts compiled here against the sizes/offsets it derives from docs/dev/hardware.md. */
 typedef struct {
     const char *name;
     unsigned long value;

@@ -1,4 +1,4 @@
-/* The vendor library's struct layouts (hardware.md): NVML names, Hygon layouts. */
+/* The vendor library's struct layouts (docs/dev/hardware.md): NVML names, Hygon layouts. */
 #ifndef HYDMI_TYPES_H
 #define HYDMI_TYPES_H
 

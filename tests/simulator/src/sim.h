@@ -6,7 +6,7 @@
 #include <limits.h>
 #include <stddef.h>
 
-/* NVML return codes, as measured (hardware.md). */
+/* NVML return codes, as measured (docs/dev/hardware.md). */
 enum {
     SIM_SUCCESS = 0,
     SIM_ERROR_UNINITIALIZED = 1,

@@ -1,7 +1,7 @@
 """The simulated vendor library, driven through ctypes (RTLD_LOCAL) with test-local structs.
 
-The structs below are written from hardware.md on purpose (not imported from the product's
-binding), so a layout slip on either side shows up as a failure here.
+The structs below are written from docs/dev/hardware.md on purpose (not imported from the
+product's binding), so a layout slip on either side shows up as a failure here.
 """
 
 from __future__ import annotations
@@ -324,7 +324,7 @@ def test_struct_layouts_match_hardware_md(lib: Lib) -> None:
             assert table[f"{cname}.{fname}"] == getattr(struct, fname).offset, (cname, fname)
             checked += 1
     assert checked + len(structs) == len(table)
-    # Sizes spelled out from hardware.md on x86_64.
+    # Sizes spelled out from docs/dev/hardware.md on x86_64.
     assert ctypes.sizeof(GpuInstanceProfileInfo) == 280
     assert GpuInstanceProfileInfo.memory_size_MB.offset == 16
     assert ctypes.sizeof(ComputeInstanceProfileInfo) == 272

@@ -40,12 +40,12 @@ def test_ledger_attributes_library_calls_to_the_allocate_that_made_them() -> Non
 
 def test_allocator_benchmark_runs_at_a_tiny_size() -> None:
     tiny = allocator_cost.Scale(
-        callers=(1, 4), rounds=1, records=(3, 12), passes=1, watch_rounds=1, cards=2
+        callers=(1, 4), rounds=1, grants=(3, 12), passes=1, watch_rounds=1, cards=2
     )
     text = allocator_cost.run(scale=tiny)
     for heading in ("Allocate (", "where the slowest 1%", "reclaim pass", "ListAndWatch delay"):
         assert heading in text
-    # 12 records on a node that holds 8 partitions: 8 destroyed, 4 stale records dropped.
+    # 12 grants on a node that holds 8 partitions: 8 destroyed, 4 stale grants dropped.
     assert "8+4" in text
 
 

@@ -23,7 +23,7 @@ def hypo() -> CardModel:
 
 
 def test_tables_are_read_from_the_simulated_driver(bw: CardModel, hypo: CardModel) -> None:
-    # The measured BW table (hardware.md), as the node layer reads it from the simulator.
+    # The measured BW table (docs/dev/hardware.md), as the node layer reads it from the simulator.
     assert bw.slice_count == 4
     assert [(p.name, p.slices, [q.start for q in p.placements]) for p in bw.profiles] == [
         ("2g.15gb", 1, [0, 1, 2, 3]),

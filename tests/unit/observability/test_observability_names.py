@@ -438,7 +438,7 @@ def scrape_plugin(tmp: Path) -> str:
         api.add_pod("team", "bad", str(uuid.uuid4()), {FAMILY: "1"})  # no profile: refused
         with pytest.raises(grpc.RpcError):
             kubelet.admit("team", "bad", "main", {FAMILY: 1})
-        # partition_info follows the records on the next refresh.
+        # partition_info follows the grants on the next refresh.
         assert wait_until(lambda: "hygon_dcu_partition_info{" in http_get(port, "/metrics")[1])
         status, text = http_get(port, "/metrics")
         assert status == 200

@@ -166,8 +166,8 @@ def test_response_carries_what_the_runtime_needs(harness: Harness) -> None:
         "placement": f"{instance.placement.start}:1",
         "uuid": instance.uuid,
     }
-    (record,) = harness.runtime.store.load()
-    assert record.uuid == instance.uuid and record.pod_name == "a"
+    (grant,) = harness.runtime.store.load()
+    assert grant.uuid == instance.uuid and grant.pod_name == "a"
 
 
 def test_thirty_two_concurrent_allocations_then_refusal(harness: Harness) -> None:
@@ -202,13 +202,13 @@ def test_thirty_two_concurrent_allocations_then_refusal(harness: Harness) -> Non
     assert len(slots) == 32
     assert {i.profile.name for i in live if i.profile} == {"2g.15gb"}
     assert len({i.uuid for i in live}) == 32
-    records = harness.runtime.store.load().records
-    assert sorted(r.pod_name for r in records) == names
-    assert sorted(t for r in records for t in r.device_ids) == sorted(tokens)
-    for record in records:
-        harness.kubelet.pods[record.pod_key]["main"] = {
-            FAMILY: list(record.device_ids),
-            "hygon.com/dcu.partitioned.mig-2g.15gb": [f"2g.15gb-{record.device_ids[0][-3:]}"],
+    grants = harness.runtime.store.load().grants
+    assert sorted(r.pod_name for r in grants) == names
+    assert sorted(t for r in grants for t in r.device_ids) == sorted(tokens)
+    for grant in grants:
+        harness.kubelet.pods[grant.pod_key]["main"] = {
+            FAMILY: list(grant.device_ids),
+            "hygon.com/dcu.partitioned.mig-2g.15gb": [f"2g.15gb-{grant.device_ids[0][-3:]}"],
         }
     assert harness.counts() == {
         FAMILY: 32,
@@ -263,7 +263,7 @@ def test_refuses_bad_profile_requests(
     with pytest.raises(RequestRefused, match=message):
         harness.allocator.allocate(FAMILY, ["partition-000"])
     assert harness.node.instances() == []
-    assert harness.runtime.store.load().records == []
+    assert harness.runtime.store.load().grants == []
 
 
 def test_refuses_when_no_container_is_waiting(harness: Harness) -> None:
@@ -287,7 +287,7 @@ def test_annotation_failure_rolls_the_instance_back(harness: Harness) -> None:
     with pytest.raises(KubeApiError):
         harness.admit("a")
     assert harness.node.instances() == []
-    assert harness.runtime.store.load().records == []
+    assert harness.runtime.store.load().grants == []
     ops = harness.sim.ops()
     assert [op.split()[0] for op in ops] == ["create_gi", "create_ci", "destroy_ci", "destroy_gi"]
 
@@ -302,7 +302,7 @@ def test_missing_conf_file_right_before_answering_rolls_back(harness: Harness) -
     with pytest.raises(Exception, match=r"registry file .* is missing"):
         harness.admit("a")
     assert harness.node.instances() == []
-    assert harness.runtime.store.load().records == []
+    assert harness.runtime.store.load().grants == []
 
 
 def test_spread_policy_uses_the_emptiest_card(

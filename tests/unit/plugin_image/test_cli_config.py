@@ -42,7 +42,7 @@ def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ("policy: random\n", "policy: 'random' is not one of pack, spread"),
         ("grace_seconds: soon\n", "grace_seconds: 'soon' is not a number"),
         ("- a\n", "must be a mapping"),
-        ("records_dir: relative\n", "records_dir: 'relative' must be an absolute path"),
+        ("grants_dir: relative\n", "grants_dir: 'relative' must be an absolute path"),
         ("resync_seconds: 0\n", "resync_seconds: 0.0 must be a number from 0.1 to 3600"),
         ("resync_seconds: .nan\n", "resync_seconds: nan must be a number from 0.1 to 3600"),
         ("resync_seconds: .inf\n", "resync_seconds: inf must be a number from 0.1 to 3600"),

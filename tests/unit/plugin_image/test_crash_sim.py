@@ -15,7 +15,7 @@ from crash_child import allocate_and_die, reclaim_and_die
 from fake_kube import limits_for
 from plugin_harness import Harness
 
-CREATE_STEPS = ["gpu_instance_created", "compute_instance_created", "record_written", "annotated"]
+CREATE_STEPS = ["gpu_instance_created", "compute_instance_created", "grant_written", "annotated"]
 DESTROY_STEPS = ["compute_instance_destroyed", "instance_destroyed"]
 
 
@@ -35,7 +35,7 @@ def converge_and_check(bw_node: simnode.SimNode, state: Path, victim_uid: str) -
     )
     restarted.reclaimer.run_pass()
     assert restarted.node.instances() == []
-    assert restarted.runtime.store.load().records == []
+    assert restarted.runtime.store.load().grants == []
     assert restarted.runtime.store.load().unreadable == []
     return restarted
 

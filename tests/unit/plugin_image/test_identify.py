@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hygon_dcu_plugin.grants import Grant
 from hygon_dcu_plugin.identify import Target, identify
 from hygon_dcu_plugin.kube import ContainerSpec, Pod
 from hygon_dcu_plugin.podresources import ListedContainer, ListedPod
-from hygon_dcu_plugin.records import Record
 from hygon_dcu_plugin.vocabulary import FAMILY, RequestRefused
 
 LIMITS = {FAMILY: "1", FAMILY + ".mig-2g.15gb": "1"}
@@ -46,8 +46,8 @@ def listed(name: str, devices: dict[str, list[str]] | None = None) -> ListedPod:
     )
 
 
-def rec(p: Pod, container: str, token: str) -> Record:
-    return Record(
+def rec(p: Pod, container: str, token: str) -> Grant:
+    return Grant(
         "u" + token,
         "pci",
         0,
@@ -69,11 +69,11 @@ def rec(p: Pod, container: str, token: str) -> Record:
 def run(
     pods: list[Pod],
     entries: list[ListedPod],
-    records: tuple[Record, ...] | list[Record] = (),
+    grants: tuple[Grant, ...] | list[Grant] = (),
     device: str = "partition-000",
 ) -> Target:
     table = {p.name: p for p in pods}
-    return identify(FAMILY, [device], entries, lambda ns, n: table.get(n), list(records))
+    return identify(FAMILY, [device], entries, lambda ns, n: table.get(n), list(grants))
 
 
 def test_a_rejected_pod_still_listed_and_reading_pending_loses_to_the_newer_pod() -> None:
@@ -121,7 +121,7 @@ def test_init_container_first_then_the_app_container_reuses_its_partition() -> N
     assert second.container.name == "main" and second.reuse == r
 
 
-def test_a_retry_for_the_same_container_reuses_its_record() -> None:
+def test_a_retry_for_the_same_container_reuses_its_grant() -> None:
     p = pod("solo", 1.0)
     r = rec(p, "main", "partition-004")
     target = run([p], [listed("solo")], [r], device="partition-004")

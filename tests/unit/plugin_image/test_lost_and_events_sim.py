@@ -16,9 +16,9 @@ from plugin_harness import Harness
 def power_loss(harness: Harness) -> Path:
     """Instances gone; the kubelet restarts the container from its checkpoint and the runtime
     creates the missing conf file as a directory. Returns that directory."""
-    (record,) = harness.runtime.store.load()
+    (grant,) = harness.runtime.store.load()
     harness.sim.reboot()
-    conf = Path(harness.node.host_path(record.conf_path))
+    conf = Path(harness.node.host_path(grant.conf_path))
     conf.mkdir()
     return conf
 
@@ -37,44 +37,44 @@ def test_a_running_pod_whose_partition_is_gone_gets_a_warning_and_a_metric(
 ) -> None:
     harness.admit("a")
     harness.kube.set_phase("default", "a", "Running")
-    (record,) = harness.runtime.store.load()
+    (grant,) = harness.runtime.store.load()
     conf = power_loss(harness)
     report = harness.reclaimer.run_pass()
-    assert report.lost == [record.uuid]
-    assert report.swept == [record.conf_path] and not conf.exists()
+    assert report.lost == [grant.uuid]
+    assert report.swept == [grant.conf_path] and not conf.exists()
     ((kind, text),) = lost_events(harness, "a")
     assert kind == WARNING
-    assert record.uuid in text and "delete the pod" in text.lower()
+    assert grant.uuid in text and "delete the pod" in text.lower()
     metric = harness.runtime.metrics.lost_partitions
     assert metric.value(namespace="default", pod="a") == 1
     # Default: nobody deletes the pod; the next passes do not repeat the event.
     for _pass in range(2):
-        assert harness.reclaimer.run_pass().lost == [record.uuid]
+        assert harness.reclaimer.run_pass().lost == [grant.uuid]
     assert harness.kube.deleted_by_plugin == []
     assert len(lost_events(harness, "a")) == 1
     assert "default/a" in harness.kube.pods
 
 
-def test_opt_in_deletes_the_pod_and_the_stale_record_is_then_dropped(
+def test_opt_in_deletes_the_pod_and_the_stale_grant_is_then_dropped(
     bw_node: simnode.SimNode, short_tmp: Path
 ) -> None:
     harness = Harness(bw_node, short_tmp, delete_pods_with_lost_partitions=True)
     harness.admit("a")
     harness.admit("b")
     harness.kube.set_phase("default", "a", "Running")
-    records = {r.pod_name: r for r in harness.runtime.store.load()}
+    grants = {r.pod_name: r for r in harness.runtime.store.load()}
     harness.sim.reboot()
     # Both partitions went with the power; a pod admitted after the reboot (c) gets a fresh
     # partition at the same ids, and neither it nor its instance is touched.
     report = harness.reclaimer.run_pass()
-    assert sorted(report.lost) == sorted(r.uuid for r in records.values())
+    assert sorted(report.lost) == sorted(r.uuid for r in grants.values())
     assert sorted(p.name for p in harness.kube.deleted_by_plugin) == ["a", "b"]
     assert harness.runtime.metrics.reclaim_actions.value(action="lost_pod_deleted") == 2
     for ref in harness.kube.deleted_by_plugin:
         harness.reclaimer.pod_event(PodEvent("DELETED", ref.namespace, ref.name, ref.uid))
     harness.admit("c")
     report = harness.reclaimer.run_pass()
-    assert sorted(report.stale) == sorted(r.uuid for r in records.values())
+    assert sorted(report.stale) == sorted(r.uuid for r in grants.values())
     assert [r.pod_name for r in harness.runtime.store.load()] == ["c"]
     assert len(harness.node.instances()) == 1
 
@@ -83,8 +83,8 @@ def test_an_unreadable_conf_is_not_a_lost_grant(bw_node: simnode.SimNode, short_
     # Unsure is not lost: nothing is deleted while the instance may still be there.
     harness = Harness(bw_node, short_tmp, delete_pods_with_lost_partitions=True)
     harness.admit("a")
-    (record,) = harness.runtime.store.load()
-    Path(harness.node.host_path(record.conf_path)).write_text("garbage\n")
+    (grant,) = harness.runtime.store.load()
+    Path(harness.node.host_path(grant.conf_path)).write_text("garbage\n")
     for _pass in range(2):
         assert harness.reclaimer.run_pass().lost == []
     assert harness.kube.deleted_by_plugin == []

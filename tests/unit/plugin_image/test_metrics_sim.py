@@ -14,11 +14,11 @@ def test_partition_attribution_and_capacity_follow_a_grant(harness: Harness) -> 
     assert 'hygon_dcu_free_partitions{resource="hygon.com/dcu.partitioned.mig-8g.63gb"} 8' in text
     assert 'hygon_dcu_advertised_devices{resource="hygon.com/dcu.partitioned"} 32' in text
     harness.admit("train")
-    (record,) = harness.runtime.store.load()
+    (grant,) = harness.runtime.store.load()
     text = harness.runtime.metrics.render()
     assert (
-        f'hygon_dcu_partition_info{{uuid="{record.uuid}",namespace="default",pod="train",'
-        f'container="main",profile="2g.15gb",card="{record.card_pci}"}} 1'
+        f'hygon_dcu_partition_info{{uuid="{grant.uuid}",namespace="default",pod="train",'
+        f'container="main",profile="2g.15gb",card="{grant.card_pci}"}} 1'
     ) in text
     assert 'hygon_dcu_free_partitions{resource="hygon.com/dcu.partitioned.mig-8g.63gb"} 7' in text
     assert 'hygon_dcu_free_partitions{resource="hygon.com/dcu.partitioned.mig-2g.15gb"} 31' in text

@@ -89,11 +89,11 @@ class Scene:
         self.harness = harness
         harness.admit("a")
         harness.admit("b")
-        records = {r.pod_name: r for r in harness.runtime.store.load()}
-        self.record = records["a"]
-        assert records["b"].card_pci == self.record.card_pci  # pack: same card
-        self.card = self.record.card_index
-        self.conf = Path(harness.node.host_path(self.record.conf_path))
+        grants = {r.pod_name: r for r in harness.runtime.store.load()}
+        self.grant = grants["a"]
+        assert grants["b"].card_pci == self.grant.card_pci  # pack: same card
+        self.card = self.grant.card_index
+        self.conf = Path(harness.node.host_path(self.grant.conf_path))
         self.original = self.conf.read_bytes()
         card = harness.node.cards()[self.card]
         profile = card.profile("2g.15gb")
@@ -126,7 +126,7 @@ class Scene:
         assert len(stops) == 1, [r.__dict__.get("why") for r in stops]
         assert where in str(stops[0].__dict__["why"])
         assert self.harness.runtime.metrics.orphan_collection_stopped.value(
-            card=self.record.card_pci
+            card=self.grant.card_pci
         )
 
     def repaired_collects_only_the_orphan(self, caplog: pytest.LogCaptureFixture) -> None:
@@ -148,7 +148,7 @@ def test_a_damaged_conf_file_stops_collection_on_its_card(
     scene: Scene, caplog: pytest.LogCaptureFixture, kind: str
 ) -> None:
     DAMAGE[kind](scene.conf)
-    scene.passes_keep_everything(caplog, scene.record.conf_path)
+    scene.passes_keep_everything(caplog, scene.grant.conf_path)
     scene.repair()
     scene.repaired_collects_only_the_orphan(caplog)
 
@@ -197,22 +197,22 @@ def test_a_swept_poison_directory_never_costs_the_claimed_instance(
     # it replaced is neither destroyed nor treated as nobody's.
     _directory(scene.conf)
     report = scene.harness.reclaimer.run_pass()
-    assert report.swept == [scene.record.conf_path]
+    assert report.swept == [scene.grant.conf_path]
     assert not scene.conf.exists()
     assert scene.gpu_instances() == scene.partitions
 
 
 def test_an_instance_at_a_claimed_gpu_instance_is_never_an_orphan(harness: Harness) -> None:
-    # The record's uuid differs from the live one (id reused) while the pod is alive.
+    # The grant's uuid differs from the live one (id reused) while the pod is alive.
     harness.admit("a")
-    (record,) = harness.runtime.store.load()
-    harness.node.destroy(record.card_index, record.gpu_instance_id)
-    profile = harness.node.cards()[record.card_index].profile(record.profile)
+    (grant,) = harness.runtime.store.load()
+    harness.node.destroy(grant.card_index, grant.gpu_instance_id)
+    profile = harness.node.cards()[grant.card_index].profile(grant.profile)
     assert profile is not None
     theirs = Node(str(harness.sim.root), str(simnode.LIB_PATH)).create(
-        record.card_index, profile.id, record.placement_start
+        grant.card_index, profile.id, grant.placement_start
     )
-    assert theirs.gpu_instance_id == record.gpu_instance_id and theirs.uuid != record.uuid
+    assert theirs.gpu_instance_id == grant.gpu_instance_id and theirs.uuid != grant.uuid
     for _pass in range(PASSES):
         assert harness.reclaimer.run_pass().orphans == []
-    assert [i.uuid for i in harness.node.instances(record.card_index)] == [theirs.uuid]
+    assert [i.uuid for i in harness.node.instances(grant.card_index)] == [theirs.uuid]

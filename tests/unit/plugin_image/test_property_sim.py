@@ -110,11 +110,9 @@ def check_sequence(harness: Harness, node: simnode.SimNode, ops: list[tuple[str,
                 harness.finish(name)
                 continue
             harness.admit(name, profile)
-            (record,) = [r for r in harness.runtime.store.load() if r.pod_name == name]
-            span = set(
-                range(record.placement_start, record.placement_start + record.placement_size)
-            )
-            card = pci_to_card[record.card_pci]
+            (grant,) = [r for r in harness.runtime.store.load() if r.pod_name == name]
+            span = set(range(grant.placement_start, grant.placement_start + grant.placement_size))
+            card = pci_to_card[grant.card_pci]
             assert not span & taken[card], "overlapping partition"
             live[name] = (card, span, profile)
         elif live:

@@ -116,8 +116,8 @@ def test_rejected_pod_still_listed_does_not_steal_the_next_allocation(stack: Sta
     kubelet.add_pod("team", "rejected", ["main"])
     kube.add_pod("team", "fresh", {"main": {FAMILY: "1", P4G: "1"}}, created=200.0)
     kubelet.admit("team", "fresh", "main", {FAMILY: 1, P4G: 1})
-    (record,) = stack.harness.runtime.store.load()
-    assert (record.pod_name, record.profile) == ("fresh", "4g.31gb")
+    (grant,) = stack.harness.runtime.store.load()
+    assert (grant.pod_name, grant.profile) == ("fresh", "4g.31gb")
 
 
 def test_multi_container_pod_is_served_in_spec_order(stack: Stack) -> None:
@@ -125,8 +125,8 @@ def test_multi_container_pod_is_served_in_spec_order(stack: Stack) -> None:
     kube.add_pod("team", "duo", {"first": {FAMILY: "1", P4G: "1"}, "second": LIMITS_2G})
     kubelet.admit("team", "duo", "first", {FAMILY: 1, P4G: 1}, containers=["first", "second"])
     kubelet.admit("team", "duo", "second", {FAMILY: 1, P2G: 1})
-    records = {r.containers[0]: r.profile for r in stack.harness.runtime.store.load()}
-    assert records == {"first": "4g.31gb", "second": "2g.15gb"}
+    grants = {r.containers[0]: r.profile for r in stack.harness.runtime.store.load()}
+    assert grants == {"first": "4g.31gb", "second": "2g.15gb"}
 
 
 def test_init_container_device_is_reused_by_the_app_container(stack: Stack) -> None:
@@ -137,8 +137,8 @@ def test_init_container_device_is_reused_by_the_app_container(stack: Stack) -> N
     first = kubelet.allocate(FAMILY, token)  # init container
     second = kubelet.allocate(FAMILY, token)  # app container, same device id
     assert first.envs == second.envs
-    (record,) = stack.harness.runtime.store.load()
-    assert record.containers == ("init", "main")
+    (grant,) = stack.harness.runtime.store.load()
+    assert grant.containers == ("init", "main")
     assert len(stack.harness.node.instances()) == 1
 
 

@@ -11,7 +11,7 @@ from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, RequestRefused
 from plugin_harness import Harness
 
 
-def test_stale_records_are_refused_never_resolved_and_reclaimed_when_pods_go(
+def test_stale_grants_are_refused_never_resolved_and_reclaimed_when_pods_go(
     bw_node: simnode.SimNode, short_tmp: Path
 ) -> None:
     before = Harness(bw_node, short_tmp)
@@ -29,10 +29,10 @@ def test_stale_records_are_refused_never_resolved_and_reclaimed_when_pods_go(
     after.kubelet = before.kubelet
     after.runtime.lister = after.runtime.allocator.lister = before.kubelet
     assert after.node.instances() == []
-    # Records of live pods are kept (their pods still run, as far as anyone knows)...
+    # Grants of live pods are kept (their pods still run, as far as anyone knows)...
     after.reclaimer.run_pass()
     assert {r.pod_name for r in after.runtime.store.load()} == {"a", "b"}
-    # ...a new pod gets the very ids the stale record names (same card, GI 3, slot 0)...
+    # ...a new pod gets the very ids the stale grant names (same card, GI 3, slot 0)...
     after.admit("c")
     (fresh,) = after.node.instances()
     assert (fresh.pci, fresh.gpu_instance_id) == (stale["a"].card_pci, stale["a"].gpu_instance_id)
@@ -46,7 +46,7 @@ def test_stale_records_are_refused_never_resolved_and_reclaimed_when_pods_go(
     assert counts[FAMILY] == 3 + 31
     assert counts["hygon.com/dcu.partitioned.mig-2g.15gb"] == 2 + 31
     assert counts["hygon.com/dcu.partitioned.mig-4g.31gb"] == 1 + 15
-    # The pods go: stale records are dropped, c's instance (same ids, other uuid) survives.
+    # The pods go: stale grants are dropped, c's instance (same ids, other uuid) survives.
     after.finish("a")
     after.finish("b")
     report = after.reclaimer.run_pass()
@@ -91,7 +91,7 @@ def test_after_a_reboot_every_card_has_its_address_and_serves(
 def test_a_card_whose_address_is_missing_is_not_offered(
     bw_node: simnode.SimNode, short_tmp: Path
 ) -> None:
-    # A damaged registry (dev0 gone while the mode is on): the card's lock, records and
+    # A damaged registry (dev0 gone while the mode is on): the card's lock, grants and
     # reclaim all key on its address, so it is left out rather than served by index.
     (bw_node.registry_dir / "dev0").unlink()
     harness = Harness(bw_node, short_tmp)

@@ -19,7 +19,7 @@ from plugin_harness import Harness
 
 
 def carve(harness: Harness, card: int = 7, profile_id: int = 3, start: int = 0) -> str:
-    """An instance carved behind the plugin's back (an operator, or a crash before the record)."""
+    """An instance carved behind the plugin's back (an operator, or a crash before the grant)."""
     instance = Node(str(harness.sim.root), str(simnode.LIB_PATH)).create(card, profile_id, start)
     assert instance.uuid
     return instance.uuid
@@ -32,7 +32,7 @@ def test_deleted_pod_is_reclaimed_ci_then_gi(harness: Harness) -> None:
     report = harness.reclaimer.run_pass()
     assert report.destroyed == [instance.uuid]
     assert harness.node.instances() == []
-    assert harness.runtime.store.load().records == []
+    assert harness.runtime.store.load().grants == []
     assert [op.split()[0] for op in harness.sim.ops()[-2:]] == ["destroy_ci", "destroy_gi"]
     assert harness.runtime.metrics.reclaim_actions.value(action="destroyed") == 1
 
@@ -67,10 +67,10 @@ def test_a_terminating_pod_still_using_its_partition_keeps_it_until_it_stops(
         harness.runtime.events.drain()
         assert "PartitionReclaimStuck" not in harness.kube.reasons("leaving")
     assert harness.reclaimer.run_pass().destroyed == [instance.uuid]
-    assert harness.runtime.store.load().records == []
+    assert harness.runtime.store.load().grants == []
 
 
-def test_grace_protects_only_a_record_whose_pod_cannot_be_seen(
+def test_grace_protects_only_a_grant_whose_pod_cannot_be_seen(
     bw_node: simnode.SimNode, tmp_path: Path
 ) -> None:
     harness = Harness(bw_node, tmp_path / "state", grace_seconds=3600.0)
@@ -87,7 +87,7 @@ def test_grace_protects_only_a_record_whose_pod_cannot_be_seen(
     report = harness.reclaimer.run_pass()
     assert len(report.destroyed) == 2
     assert [r.pod_name for r in harness.runtime.store.load()] == ["unseen"]
-    assert unseen.uid == harness.runtime.store.load().records[0].pod_uid
+    assert unseen.uid == harness.runtime.store.load().grants[0].pod_uid
 
 
 @pytest.mark.parametrize("how", ["deletion started", "delete", "Succeeded", "Failed"])
@@ -148,7 +148,7 @@ def test_a_held_instance_is_retried_until_released(harness: Harness) -> None:
         first = harness.reclaimer.run_pass()
         assert first.in_use == [instance.uuid]
         assert len(harness.node.instances()) == 1
-        assert len(harness.runtime.store.load().records) == 1
+        assert len(harness.runtime.store.load().grants) == 1
         harness.reclaimer.run_pass()  # still held: retried, but told only once
         assert harness.runtime.events.drain()
         assert harness.kube.reasons("a").count("PartitionReclaimStuck") == 1
@@ -209,27 +209,27 @@ def test_a_claim_that_appears_mid_sweep_survives(harness: Harness) -> None:
     assert [i.uuid for i in harness.node.instances()] == claimed
 
 
-def test_a_corrupt_record_stops_orphan_collection_and_is_reported(harness: Harness) -> None:
+def test_a_corrupt_grant_stops_orphan_collection_and_is_reported(harness: Harness) -> None:
     orphan = carve(harness)
     harness.admit("a")
-    bad = Path(harness.settings.records_dir) / "0123.json"
+    bad = Path(harness.settings.grants_dir) / "0123.json"
     bad.write_text("{not json")
     report = harness.reclaimer.run_pass()
     assert report.unreadable and report.unreadable[0][0] == str(bad)
-    assert report.orphan_collection.startswith("skipped: unreadable records")
+    assert report.orphan_collection.startswith("skipped: unreadable grants")
     assert orphan in {i.uuid for i in harness.node.instances()}
-    assert harness.runtime.metrics.reclaim_actions.value(action="corrupt_record") == 1
+    assert harness.runtime.metrics.reclaim_actions.value(action="corrupt_grant") == 1
     bad.unlink()
     assert harness.reclaimer.run_pass().orphans == [f"0000:cc:00.0 gi3 {orphan}"]
 
 
-def test_an_unreadable_record_file_fails_closed(harness: Harness) -> None:
+def test_an_unreadable_grant_file_fails_closed(harness: Harness) -> None:
     if os.geteuid() == 0:
-        # root reads mode-000 files; a directory where a record file should be is unreadable
-        bad = Path(harness.settings.records_dir) / "4567.json"
+        # root reads mode-000 files; a directory where a grant file should be is unreadable
+        bad = Path(harness.settings.grants_dir) / "4567.json"
         bad.mkdir()
     else:
-        bad = Path(harness.settings.records_dir) / "4567.json"
+        bad = Path(harness.settings.grants_dir) / "4567.json"
         bad.write_text("{}")
         bad.chmod(0)
     orphan = carve(harness)
@@ -250,7 +250,7 @@ def test_a_uuid_mismatch_is_never_destroyed(harness: Harness) -> None:
     assert report.destroyed == []
     # Not destroyed as "ours"; as nobody's it is an orphan in the same pass.
     assert report.orphans == [f"0000:09:00.0 gi3 {theirs}"]
-    assert harness.runtime.store.load().records == []
+    assert harness.runtime.store.load().grants == []
 
 
 def test_a_uuid_mismatch_of_a_live_claim_survives(harness: Harness) -> None:
@@ -314,8 +314,8 @@ def _enumerations_per_pass(
 def test_a_teardown_enumerates_the_cards_once_per_pass(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Enumerating the cards is a sweep of library calls; once per dropped record made a
-    # teardown of N records cost N sweeps (bench/allocator_cost.py measured it).
+    # Enumerating the cards is a sweep of library calls; once per dropped grant made a
+    # teardown of N grants cost N sweeps (bench/allocator_cost.py measured it).
     passes = _enumerations_per_pass(harness, monkeypatch, lambda card: card)
     for finished, report, _sweeps in passes:
         assert len(report.destroyed) == finished
@@ -327,7 +327,7 @@ def test_a_pass_enumerates_the_cards_once_even_when_no_card_has_an_address(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # With the mode off the registry names no card (pci None): an empty map is the answer,
-    # not a reason to enumerate again for every record. Every record is then stale.
+    # not a reason to enumerate again for every grant. Every grant is then stale.
     passes = _enumerations_per_pass(
         harness, monkeypatch, lambda card: dataclasses.replace(card, pci=None)
     )

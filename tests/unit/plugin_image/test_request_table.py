@@ -134,9 +134,9 @@ def _allocate(harness: Harness, row: Row) -> str | Reason:
     except RequestRefused as refused:
         assert harness.node.instances() == []
         return _refusal(refused)
-    (record,) = harness.runtime.store.load().records
-    assert record.containers == (CONTAINER,)
-    profile: str = record.profile
+    (grant,) = harness.runtime.store.load().grants
+    assert grant.containers == (CONTAINER,)
+    profile: str = grant.profile
     return profile
 
 

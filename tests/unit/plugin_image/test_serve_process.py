@@ -149,7 +149,7 @@ def bw_live_instances(plugin: Plugin) -> list[str]:
     return [p.name for p in (root / "etc" / "dmi_mig_config" / "ci").iterdir()]
 
 
-@pytest.mark.parametrize("step", ["compute_instance_created", "record_written"])
+@pytest.mark.parametrize("step", ["compute_instance_created", "grant_written"])
 def test_killed_through_the_hook_then_restarted_converges(
     world: tuple[Plugin, KubeletEmulator, FakeApiServer], bw_node: simnode.SimNode, step: str
 ) -> None:

@@ -107,7 +107,7 @@ def test_allocate_refusals_keep_their_labels_and_grpc_codes() -> None:
         "no_capacity": "RESOURCE_EXHAUSTED",
         "unidentified": "FAILED_PRECONDITION",
         "kubelet_unreachable": "FAILED_PRECONDITION",
-        "stale_record": "FAILED_PRECONDITION",
+        "stale_grant": "FAILED_PRECONDITION",
         "card_unhealthy": "FAILED_PRECONDITION",
         "poisoned_registry": "FAILED_PRECONDITION",
     }

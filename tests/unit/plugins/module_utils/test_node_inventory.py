@@ -310,5 +310,5 @@ def test_reboot_loses_instances_and_the_driver_recreates_the_registry(sim_node: 
     assert node.mode().current is True
     assert node.instances() == []
     registry = node.registry()
-    assert registry.present and registry.records == [] and registry.findings == []
+    assert registry.present and registry.conf_files == [] and registry.findings == []
     assert [c.pci for c in node.cards()] == [sim_node.pci(0), sim_node.pci(1)]

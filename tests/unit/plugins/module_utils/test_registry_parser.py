@@ -1,6 +1,6 @@
 """Registry parser: byte soup, hostile names, directories, links and unreadable files.
 
-The parser must turn anything found under /etc/dmi_mig_config into records or findings, never
+The parser must turn anything found under /etc/dmi_mig_config into conf files or findings, never
 raise, and never read through a link (so nothing outside the registry can leak in).
 """
 
@@ -73,7 +73,7 @@ def test_parses_the_drivers_layout_by_key() -> None:
     assert parsed.uuid == "3b2a1c9e-7f00-4c1d-9a55-0123456789ab"
 
 
-def test_reads_cards_records_and_reports_each_oddity(tmp_path: Path) -> None:
+def test_reads_cards_conf_files_and_reports_each_oddity(tmp_path: Path) -> None:
     registry = make_registry(tmp_path)
     outside = make_outside(tmp_path)
     (registry / "dev0").write_text("0000:09:00.0\n")
@@ -98,13 +98,13 @@ def test_reads_cards_records_and_reports_each_oddity(tmp_path: Path) -> None:
     assert by_path[f"{base}/dev0gi5ci0.conf"] == "link"
     assert by_path[f"{base}/notes.txt"] == "bad_name"
     assert by_path[f"{base}/dev1gi3ci0.conf"] == "malformed"
-    good_record = result.record(0, 3, 0)
-    assert good_record is not None and good_record.uuid == good
-    assert good_record.path == f"{base}/dev0gi3ci0.conf"
-    assert good_record.host_path == str(registry / "ci" / "dev0gi3ci0.conf")
-    assert good_record.gpu_profile_id == 3 and good_record.memory_mib == 16380
-    bad_record = result.record(1, 3, 0)
-    assert bad_record is not None and bad_record.uuid is None  # invalid uuid is not passed on
+    good_conf = result.conf_file(0, 3, 0)
+    assert good_conf is not None and good_conf.uuid == good
+    assert good_conf.path == f"{base}/dev0gi3ci0.conf"
+    assert good_conf.host_path == str(registry / "ci" / "dev0gi3ci0.conf")
+    assert good_conf.gpu_profile_id == 3 and good_conf.memory_mib == 16380
+    bad_conf = result.conf_file(1, 3, 0)
+    assert bad_conf is not None and bad_conf.uuid is None  # invalid uuid is not passed on
     assert result.gpu_instance_files == [f"{REGISTRY_PATH}/gi/dev0gi3.conf"]
     assert OUTSIDE_UUID not in repr(result)
 
@@ -129,7 +129,7 @@ def test_ci_directory_that_is_a_link_is_not_followed(tmp_path: Path) -> None:
     outside = make_outside(tmp_path)
     (registry / "ci").symlink_to(outside / "dir")
     result = read_registry(str(tmp_path))
-    assert result.records == []
+    assert result.conf_files == []
     assert [(f.kind, f.path) for f in result.findings] == [("link", f"{REGISTRY_PATH}/ci")]
     swept = sweep_poison(str(tmp_path))
     assert swept.swept == [] and (outside / "dir").is_dir() and (outside / "empty").is_dir()
@@ -148,7 +148,7 @@ def test_oversized_file_is_a_finding(tmp_path: Path) -> None:
     registry = make_registry(tmp_path)
     (registry / "ci" / "dev0gi3ci0.conf").write_bytes(b"x: y\n" * 20000)
     result = read_registry(str(tmp_path))
-    assert result.records == []
+    assert result.conf_files == []
     assert [f.kind for f in result.findings] == ["unreadable"]
 
 
@@ -208,7 +208,7 @@ def test_unreadable_file_is_a_finding_for_an_unprivileged_reader() -> None:
                 os.setresuid(65534, 65534, 65534)
                 found = read_registry(str(top))
                 payload = {
-                    "records": [[x.path, x.uuid] for x in found.records],
+                    "conf_files": [[x.path, x.uuid] for x in found.conf_files],
                     "findings": [[f.kind, f.path] for f in found.findings],
                     "cards": found.cards,
                 }
@@ -220,7 +220,7 @@ def test_unreadable_file_is_a_finding_for_an_unprivileged_reader() -> None:
             output = pipe.read()
         os.waitpid(pid, 0)
         result = json.loads(output)
-        assert result["records"] == [[f"{REGISTRY_PATH}/ci/dev0gi3ci0.conf", good]]
+        assert result["conf_files"] == [[f"{REGISTRY_PATH}/ci/dev0gi3ci0.conf", good]]
         assert sorted(result["findings"]) == [
             ["unreadable", f"{REGISTRY_PATH}/ci/dev0gi4ci0.conf"],
             ["unreadable", f"{REGISTRY_PATH}/dev0"],
@@ -290,7 +290,7 @@ def _populate(root: Path, spec: dict[str, tuple[str, bytes, int]]) -> dict[str, 
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(spec=entries)
-def test_any_ci_content_yields_records_or_findings_never_escapes(
+def test_any_ci_content_yields_conf_files_or_findings_never_escapes(
     spec: dict[str, tuple[str, bytes, int]],
 ) -> None:
     with tempfile.TemporaryDirectory() as directory:
@@ -299,21 +299,21 @@ def test_any_ci_content_yields_records_or_findings_never_escapes(
         result = read_registry(directory)
 
         registry_host = str(root / REGISTRY_PATH.lstrip("/")) + "/"
-        for record in result.records:
-            assert record.path.startswith(REGISTRY_PATH + "/ci/")
-            assert record.host_path.startswith(registry_host)
+        for conf in result.conf_files:
+            assert conf.path.startswith(REGISTRY_PATH + "/ci/")
+            assert conf.host_path.startswith(registry_host)
         for finding in result.findings:
             assert finding.path.startswith(REGISTRY_PATH)
         assert OUTSIDE_UUID not in repr(result)
 
-        # Every entry in ci/ is accounted for, exactly once, as a record or a finding.
-        record_names = [r.path.rsplit("/", 1)[1] for r in result.records]
+        # Every entry in ci/ is accounted for, exactly once, as a conf file or a finding.
+        conf_names = [r.path.rsplit("/", 1)[1] for r in result.conf_files]
         finding_names = [
             f.path.rsplit("/", 1)[1]
             for f in result.findings
             if f.path.startswith(REGISTRY_PATH + "/ci/") and f.kind != "malformed"
         ]
-        assert sorted(record_names + finding_names) == sorted(spec)
+        assert sorted(conf_names + finding_names) == sorted(spec)
         for name, (kind, _soup, _pad) in spec.items():
             if kind in ("empty_dir", "full_dir"):
                 assert name in finding_names
@@ -324,8 +324,8 @@ def test_any_ci_content_yields_records_or_findings_never_escapes(
                 ) in [(f.kind, f.path) for f in result.findings]
         # A well-formed conf behind leading junk still yields its uuid.
         for name, uuid in expected.items():
-            record = next(r for r in result.records if r.path.endswith("/" + name))
-            assert record.uuid == uuid
+            conf = next(r for r in result.conf_files if r.path.endswith("/" + name))
+            assert conf.uuid == uuid
 
         swept = sweep_poison(directory)
         empties = sorted(f"{REGISTRY_PATH}/ci/{n}" for n, v in spec.items() if v[0] == "empty_dir")

@@ -144,13 +144,13 @@ def test_plugin_accepts_the_configmap(default_render: RoleRun, tmp_path: Path) -
     settings = settings_from(args)
     assert settings.host_root == "/"
     assert settings.device_plugin_dir == "/var/lib/kubelet/device-plugins"
-    assert settings.records_dir == "/var/lib/hygon-dcu/records"
+    assert settings.grants_dir == "/var/lib/hygon-dcu/grants"
     assert settings.policy == "pack"
     # every directory the plugin writes is a mount, since the root filesystem is read-only
     (container,) = _pod_spec(default_render)["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
-    for path in (settings.device_plugin_dir, settings.records_dir, settings.lock_dir):
+    for path in (settings.device_plugin_dir, settings.grants_dir, settings.lock_dir):
         assert any(path == mount or path.startswith(mount + "/") for mount in writable), path
     # the probes reach the health server the config starts
     port = int(settings.health_address.rpartition(":")[2])

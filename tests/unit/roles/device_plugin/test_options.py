@@ -19,13 +19,13 @@ SIM_LIBRARY_DIR = "/srv/hygon-dcu/tests/simulator/build"
 # number rendered as a string by another ansible-core, a new key) rolls every plugin pod.
 DEFAULT_CONFIG = """device_plugin_dir: /var/lib/kubelet/device-plugins
 grace_seconds: 30.0
+grants_dir: /var/lib/hygon-dcu/grants
 health_address: 0.0.0.0:9410
 host_root: /
 lock_dir: /var/lib/hygon-dcu/locks
 log_level: info
 pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock
 policy: pack
-records_dir: /var/lib/hygon-dcu/records
 resync_seconds: 30.0
 """
 

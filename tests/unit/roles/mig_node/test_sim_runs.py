@@ -1,6 +1,6 @@
 """The mig_node role run for real (ansible-playbook) against simulated nodes, Kubernetes off.
 
-Each test is one to three playbook runs: check mode, the failure paths of issue 6 (a /dev/kfd
+Each test is one to three playbook runs: check mode, the failure paths (a /dev/kfd
 holder that never leaves, hy-smi refusing, an instance held during disable) and what the
 failure message says about the node afterwards, checked against the simulator's own state.
 """

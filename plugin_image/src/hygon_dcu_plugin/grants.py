@@ -1,7 +1,7 @@
-"""Ownership records: which pod's container owns which live instance.
+"""Partition grants: which pod's container owns which live instance.
 
 One JSON file per instance, written atomically (temp file, fsync, rename, fsync of the
-directory) BEFORE Allocate answers, so a crash at any instant leaves either no record (the
+directory) BEFORE Allocate answers, so a crash at any instant leaves either no grant (the
 instance is an orphan, collected under the card lock) or a complete one. Files are 0600 in a
 0700 directory. A file that cannot be read or parsed is reported, never treated as absent.
 """
@@ -19,12 +19,12 @@ SUFFIX = ".json"
 TEMP_SUFFIX = ".tmp"
 
 
-class RecordError(Exception):
-    """The record directory cannot be used safely."""
+class GrantError(Exception):
+    """The grants directory cannot be used safely."""
 
 
 @dataclass(frozen=True)
-class Record:
+class Grant:
     uuid: str
     card_pci: str
     card_index: int
@@ -64,7 +64,7 @@ class Record:
         return json.dumps(data, sort_keys=True, indent=1) + "\n"
 
     @classmethod
-    def from_json(cls, text: str) -> Record:
+    def from_json(cls, text: str) -> Grant:
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
@@ -72,7 +72,7 @@ class Record:
             raise ValueError(f"unknown schema {data.get('schema')!r} (this plugin reads {SCHEMA})")
         data["containers"] = tuple(str(c) for c in data["containers"])
         data["device_ids"] = tuple(str(d) for d in data["device_ids"])
-        record = cls(**data)
+        grant = cls(**data)
         for name, kind in (
             ("uuid", str),
             ("card_pci", str),
@@ -81,21 +81,21 @@ class Record:
             ("namespace", str),
             ("pod_uid", str),
         ):
-            if not isinstance(getattr(record, name), kind):
+            if not isinstance(getattr(grant, name), kind):
                 raise ValueError(f"field {name} is not a {kind.__name__}")
-        return record
+        return grant
 
 
 @dataclass
-class RecordSet:
-    records: list[Record] = field(default_factory=list)
+class GrantSet:
+    grants: list[Grant] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
 
-    def __iter__(self) -> Iterator[Record]:
-        return iter(self.records)
+    def __iter__(self) -> Iterator[Grant]:
+        return iter(self.grants)
 
 
-class RecordStore:
+class GrantStore:
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
@@ -103,30 +103,30 @@ class RecordStore:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         info = os.lstat(self.directory)
         if not stat.S_ISDIR(info.st_mode):
-            raise RecordError(f"record path {self.directory} is not a directory")
+            raise GrantError(f"grants path {self.directory} is not a directory")
         if stat.S_IMODE(info.st_mode) != 0o700:
             os.chmod(self.directory, 0o700)
 
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
-    def write(self, record: Record) -> None:
+    def write(self, grant: Grant) -> None:
         self.ensure()
-        final = self._path(record.file_name)
+        final = self._path(grant.file_name)
         temp = final + TEMP_SUFFIX
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
         try:
             os.fchmod(fd, 0o600)
-            os.write(fd, record.to_json().encode())
+            os.write(fd, grant.to_json().encode())
             os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(temp, final)
         self._sync_dir()
 
-    def remove(self, record: Record) -> None:
+    def remove(self, grant: Grant) -> None:
         try:
-            os.unlink(self._path(record.file_name))
+            os.unlink(self._path(grant.file_name))
         except FileNotFoundError:
             return
         self._sync_dir()
@@ -148,27 +148,27 @@ class RecordStore:
                     removed.append(name)
         return removed
 
-    def load(self) -> RecordSet:
-        result = RecordSet()
+    def load(self) -> GrantSet:
+        result = GrantSet()
         if not os.path.isdir(self.directory):
             return result
         for name in sorted(os.listdir(self.directory)):
             path = self._path(name)
             if name.endswith(TEMP_SUFFIX):
-                # Not renamed into place (yet), so not a record; see remove_temporaries.
+                # Not renamed into place (yet), so not a grant; see remove_temporaries.
                 continue
             if not name.endswith(SUFFIX):
-                result.unreadable.append((path, "not a record file name (expected <uuid>.json)"))
+                result.unreadable.append((path, "not a grant file name (expected <uuid>.json)"))
                 continue
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
                 with os.fdopen(fd, encoding="utf-8") as handle:
-                    record = Record.from_json(handle.read())
+                    grant = Grant.from_json(handle.read())
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 result.unreadable.append((path, f"{type(exc).__name__}: {exc}"))
                 continue
-            if record.file_name != name:
-                result.unreadable.append((path, f"names uuid {record.uuid}, not its file name"))
+            if grant.file_name != name:
+                result.unreadable.append((path, f"names uuid {grant.uuid}, not its file name"))
                 continue
-            result.records.append(record)
+            result.grants.append(grant)
         return result

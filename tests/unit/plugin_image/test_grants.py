@@ -1,4 +1,4 @@
-"""Ownership records: atomic, private, fail closed."""
+"""Partition grants: atomic, private, fail closed."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import os
 import stat
 from pathlib import Path
 
-from hygon_dcu_plugin.records import Record, RecordStore
+from hygon_dcu_plugin.grants import Grant, GrantStore
 
 
-def record(uuid: str = "0a0b0c0d-0000-4000-8000-000000000001") -> Record:
-    return Record(
+def grant(uuid: str = "0a0b0c0d-0000-4000-8000-000000000001") -> Grant:
+    return Grant(
         uuid=uuid,
         card_pci="0000:09:00.0",
         card_index=0,
@@ -30,35 +30,35 @@ def record(uuid: str = "0a0b0c0d-0000-4000-8000-000000000001") -> Record:
 
 
 def test_round_trip_with_private_modes(tmp_path: Path) -> None:
-    store = RecordStore(str(tmp_path / "records"))
-    store.write(record())
+    store = GrantStore(str(tmp_path / "grants"))
+    store.write(grant())
     loaded = store.load()
-    assert loaded.records == [record()] and loaded.unreadable == []
-    assert stat.S_IMODE(os.stat(tmp_path / "records").st_mode) == 0o700
-    path = tmp_path / "records" / (record().uuid + ".json")
+    assert loaded.grants == [grant()] and loaded.unreadable == []
+    assert stat.S_IMODE(os.stat(tmp_path / "grants").st_mode) == 0o700
+    path = tmp_path / "grants" / (grant().uuid + ".json")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    store.remove(record())
-    assert store.load().records == []
+    store.remove(grant())
+    assert store.load().grants == []
 
 
 def test_a_loose_directory_mode_is_tightened(tmp_path: Path) -> None:
-    directory = tmp_path / "records"
+    directory = tmp_path / "grants"
     directory.mkdir(mode=0o755)
-    RecordStore(str(directory)).write(record())
+    GrantStore(str(directory)).write(grant())
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
 
 
-def test_unparsable_records_are_reported_never_dropped(tmp_path: Path) -> None:
-    store = RecordStore(str(tmp_path))
-    store.write(record())
+def test_unparsable_grants_are_reported_never_dropped(tmp_path: Path) -> None:
+    store = GrantStore(str(tmp_path))
+    store.write(grant())
     (tmp_path / "bad.json").write_text("{")
     (tmp_path / "other.txt").write_text("x")
-    wrong = record("0a0b0c0d-0000-4000-8000-000000000002").to_json()
+    wrong = grant("0a0b0c0d-0000-4000-8000-000000000002").to_json()
     (tmp_path / "0a0b0c0d-0000-4000-8000-000000000003.json").write_text(wrong)
-    future = record().to_json().replace('"schema": 1', '"schema": 9')
+    future = grant().to_json().replace('"schema": 1', '"schema": 9')
     (tmp_path / "0a0b0c0d-0000-4000-8000-000000000004.json").write_text(future)
     loaded = store.load()
-    assert loaded.records == [record()]
+    assert loaded.grants == [grant()]
     reasons = {Path(p).name: why for p, why in loaded.unreadable}
     assert set(reasons) == {
         "bad.json",
@@ -70,9 +70,9 @@ def test_unparsable_records_are_reported_never_dropped(tmp_path: Path) -> None:
     assert "not its file name" in reasons["0a0b0c0d-0000-4000-8000-000000000003.json"]
 
 
-def test_a_half_written_temp_file_is_not_a_record_and_is_removed_at_start(tmp_path: Path) -> None:
-    store = RecordStore(str(tmp_path))
+def test_a_half_written_temp_file_is_not_a_grant_and_is_removed_at_start(tmp_path: Path) -> None:
+    store = GrantStore(str(tmp_path))
     (tmp_path / "x.json.tmp").write_text("{")
-    assert store.load().records == [] and store.load().unreadable == []
+    assert store.load().grants == [] and store.load().unreadable == []
     assert store.remove_temporaries() == ["x.json.tmp"]
     assert not (tmp_path / "x.json.tmp").exists()
