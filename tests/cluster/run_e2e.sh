@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The `cluster` stage: build (or reuse) Kubernetes, make sure the plugin image exists, bring the
+# The `cluster` stage: build (or reuse) Kubernetes, build the plugin image from the tree, bring the
 # cluster up, load the image, run tests/cluster/e2e, tear down and check nothing is left.
 #
 #   tests/cluster/run_e2e.sh [pytest args...]
 #
 # Environment: HYGON_DCU_TEST_IMAGE (default localhost/hygon-dcu-plugin:test), the image the
-# image stage builds; built here (podman's layer cache makes that quick) when it is missing.
+# image stage builds; built here again from the tree (podman's layer cache makes that quick).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -24,11 +24,11 @@ timed() {
 
 timed build tests/cluster/cluster.sh build
 make -s -C tests/simulator
-if ! podman image exists "$HYGON_DCU_TEST_IMAGE"; then
-    tests/image/install_tools.sh
-    timed image plugin_image/tools/build_image.sh --tag "$HYGON_DCU_TEST_IMAGE" \
-        --base "${HYGON_DCU_BASE_IMAGE:-local}"
-fi
+# Built every time, never reused by tag: an image left from older code would test that code.
+# podman's layer cache makes an unchanged tree quick.
+tests/image/install_tools.sh
+timed image plugin_image/tools/build_image.sh --tag "$HYGON_DCU_TEST_IMAGE" \
+    --base "${HYGON_DCU_BASE_IMAGE:-local}"
 # The inner script expands its variables itself, inside the cluster environment.
 # shellcheck disable=SC2016
 timed e2e tests/cluster/cluster.sh run bash -c '
