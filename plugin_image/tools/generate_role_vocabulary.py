@@ -1,7 +1,7 @@
 """Generate (or check) the roles' copies of the product's Kubernetes names.
 
-The names are the plugin's: hygon_dcu_plugin.vocabulary (resources, annotation prefix) and
-hygon_dcu_plugin.request (vendor prefix), read from plugin_image/src. A role reads them from
+The names are the plugin's: hygon_dcu_plugin.vocabulary (resources, labels, annotations, the
+second scheduler's name), read from plugin_image/src. A role reads them from
 its vars/vocabulary.yml (tasks and vars/main.yml, after ansible.builtin.include_vars) and from a
 vocabulary.j2 next to its templates ({% import 'vocabulary.j2' as vocabulary %}), so that
 templates render the same when rendered on their own, outside the role.
@@ -26,8 +26,10 @@ DEFAULT_ROLES_DIR = IMAGE_DIR.parent / "roles"
 COMMAND = ".venv/bin/python plugin_image/tools/generate_role_vocabulary.py"
 
 # Templates put the names inside quoted Jinja, YAML and CEL strings: only characters of
-# Kubernetes qualified names (and the prefixes of such names) may appear.
+# Kubernetes qualified names (and the prefixes of such names) may appear, or, for a name that
+# is an object's own name (the second scheduler's), those of a DNS-1123 label.
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Za-z0-9._-]*$")
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True)
@@ -93,9 +95,21 @@ def names() -> list[Name]:
             vocabulary.CONFIG_HASH_ANNOTATION,
             "vocabulary.CONFIG_HASH_ANNOTATION",
         ),
+        # The scheduler extender (docs/dev/extender.md): requests by size, the second
+        # scheduler's name, and what the extender and the plugin write.
+        Name("memory_mib", vocabulary.MEMORY_MIB, "vocabulary.MEMORY_MIB"),
+        Name("compute_units", vocabulary.COMPUTE_UNITS, "vocabulary.COMPUTE_UNITS"),
+        Name("scheduler_name", vocabulary.SCHEDULER_NAME, "vocabulary.SCHEDULER_NAME"),
+        Name("geometry_label", vocabulary.GEOMETRY_LABEL, "vocabulary.GEOMETRY_LABEL"),
+        Name(
+            "reservation_annotation",
+            vocabulary.RESERVATION_ANNOTATION,
+            "vocabulary.RESERVATION_ANNOTATION",
+        ),
+        Name("reserved_label", vocabulary.RESERVED_LABEL, "vocabulary.RESERVED_LABEL"),
     ]
     for name in found:
-        if not _NAME.match(name.value):
+        if not (_NAME.match(name.value) or _LABEL.match(name.value)):
             raise SystemExit(f"{name.origin} = {name.value!r} is not a Kubernetes name")
     return found
 

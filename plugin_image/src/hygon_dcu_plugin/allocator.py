@@ -1,10 +1,16 @@
 """Allocate: carve one partition for the container being admitted.
 
 Order of events, all under the node lock (identify-and-reserve is one step):
-identify the container (PodResources List + the API server), read its profile from its
-limits, choose card and placement from live driver state, create GI + CI under the card's
-lock, write the partition grant (fsync) BEFORE answering, annotate the pod, check the conf
-file is still there, answer. Any failure after the create destroys the instance again.
+identify the container (PodResources List + the API server), read its request from its
+limits (a profile, or a size), decide card, profile and placement from live driver state,
+create GI + CI under the card's lock, write the partition grant (fsync) BEFORE answering,
+annotate the pod, check the conf file is still there, answer. Any failure after the create
+destroys the instance again.
+
+Where the placement comes from (``_decide``): the scheduler extender's reservation on the pod
+when there is one (``reservation.py``, docs/dev/extender.md), carved exactly as written or
+refused, never moved; else the placement policy (``placement.choose``), for a size request
+on the smallest covering profile that still has a free placement.
 """
 
 from __future__ import annotations
@@ -31,14 +37,22 @@ from .identify import Target, identify
 from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from .locks import Locks
 from .metrics import Metrics
-from .placement import PACK, CardView, choose
+from .placement import PACK, CardView, Choice, choose, slices_of
 from .podresources import PodLister, PodResourcesError
-from .request import ProfileRequest, RefusedRequest, parse_container
+from .request import (
+    PartitionRequest,
+    ProfileRequest,
+    RefusedRequest,
+    SizeRequest,
+    parse_container,
+)
+from .reservation import ReservationError, Reserved, decode
 from .response import partition_response, whole_card_response
-from .shown import shorten
+from .shown import listing, shorten, show_names
 from .vocabulary import (
     FAMILY,
     PROFILE_PREFIX,
+    RESERVATION_ANNOTATION,
     WHOLE_CARD,
     AllocateRefusal,
     RequestRefused,
@@ -50,17 +64,17 @@ log = logging.getLogger(__name__)
 Checkpoint = Callable[[str], None]
 
 
-def profile_for(container: ContainerSpec) -> str:
-    """The profile the container's limits ask for, or RequestRefused with the request model's
-    reason and message.
+def request_for(container: ContainerSpec) -> PartitionRequest:
+    """The partition the container's limits ask for (a profile, or a size), or RequestRefused
+    with the request model's reason and message.
 
     The admission webhook refuses the same containers up front with the same model; reading
     again here keeps a pod created while the webhook was down from getting a half-right
     partition.
     """
     request = parse_container(container.name, container.limits)
-    if isinstance(request, ProfileRequest):
-        return request.profile
+    if isinstance(request, ProfileRequest | SizeRequest):
+        return request
     if isinstance(request, RefusedRequest):
         raise RequestRefused.for_request(request.reason, request.message())
     # identify() serves only containers whose limits name the family, so this is a bug.
@@ -85,6 +99,76 @@ def describe_free(views: Sequence[CardView]) -> str:
     free = free_capacity(views)
     parts = [f"{r[len(PROFILE_PREFIX) :]}: {n}" for r, n in sorted(free.items()) if r != FAMILY]
     return f"{free.get(FAMILY, 0)} partitions ({', '.join(parts) or 'no profiles'})"
+
+
+def _figures(profile: Profile) -> str:
+    return f"{profile.memory_mib} MiB, {profile.cu_count} compute units"
+
+
+def _by_profile(views: Sequence[CardView[Profile]], name: str, policy: str) -> Choice[Profile]:
+    offered = sorted({p.name for v in views for p in v.profiles})
+    if name not in offered:
+        raise RequestRefused(
+            AllocateRefusal.UNKNOWN_PROFILE,
+            f"profile {name!r} is not offered on this node; offered: "
+            f"{', '.join(offered) or 'none (is partition mode on?)'}",
+        )
+    choice = choose(views, name, policy)
+    if choice is None:
+        raise RequestRefused(
+            AllocateRefusal.NO_CAPACITY,
+            f"no free {name} partition on this node; free capacity: "
+            f"{describe_free(views)}. Wait for partitions to be released or request a "
+            "profile that still fits",
+        )
+    return choice
+
+
+def _by_size(
+    views: Sequence[CardView[Profile]], request: SizeRequest, policy: str
+) -> Choice[Profile]:
+    """The smallest covering profile that has a free placement (the extender's rule too,
+    docs/dev/extender.md), placed by the policy among the cards where that profile covers."""
+    names = list(
+        dict.fromkeys(p.name for p in request.smallest(p for v in views for p in v.profiles))
+    )
+    if not names:
+        offered = {p.name: p for v in views for p in v.profiles}
+        shown = ", ".join(f"{n} ({_figures(p)})" for n, p in sorted(offered.items()))
+        raise RequestRefused(
+            AllocateRefusal.UNKNOWN_PROFILE,
+            f"no profile on this node has at least {request.describe()}; offered: "
+            f"{shown or 'none (is partition mode on?)'}. Request a smaller size",
+        )
+    for name in names:
+        # A profile of one name could differ between cards of different models.
+        covering = [v for v in views if (p := v.profile(name)) is not None and request.covers(p)]
+        choice = choose(covering, name, policy)
+        if choice is not None:
+            return choice
+    raise RequestRefused(
+        AllocateRefusal.NO_CAPACITY,
+        f"no free partition of at least {request.describe()} on this node (tried "
+        f"{', '.join(names)}); free capacity: {describe_free(views)}. Wait for partitions to "
+        "be released or request a size that still fits",
+    )
+
+
+def _bad_reservation(why: str) -> RequestRefused:
+    return RequestRefused(
+        AllocateRefusal.BAD_RESERVATION,
+        f"the pod's {RESERVATION_ANNOTATION} annotation cannot be used: {why}. The scheduler "
+        "extender writes it just before it binds the pod; delete the pod so it is scheduled "
+        "again (nothing was carved)",
+    )
+
+
+def _reservation_taken(why: str) -> RequestRefused:
+    return RequestRefused(
+        AllocateRefusal.RESERVATION_TAKEN,
+        f"{why}. The partition is not carved anywhere else, since the scheduler placed the "
+        "pod for that reservation; delete the pod so it is scheduled again",
+    )
 
 
 class Allocator:
@@ -195,8 +279,8 @@ class Allocator:
         try:
             if target.reuse is not None:
                 return self._answer_again(target, target.reuse, device_ids)
-            profile_name = profile_for(target.container)
-            return self._create(target, profile_name, device_ids)
+            request = request_for(target.container)
+            return self._create(target, request, device_ids, grants.grants)
         except RequestRefused as refused:
             self.events.emit(
                 target.pod.ref,
@@ -207,24 +291,14 @@ class Allocator:
             raise
 
     def _create(
-        self, target: Target, profile_name: str, device_ids: Sequence[str]
+        self,
+        target: Target,
+        request: PartitionRequest,
+        device_ids: Sequence[str],
+        grants: Sequence[Grant],
     ) -> pb.ContainerAllocateResponse:
-        views = card_views(self.node.cards())
-        offered = sorted({p.name for v in views for p in v.profiles})
-        if profile_name not in offered:
-            raise RequestRefused(
-                AllocateRefusal.UNKNOWN_PROFILE,
-                f"profile {profile_name!r} is not offered on this node; offered: "
-                f"{', '.join(offered) or 'none (is partition mode on?)'}",
-            )
-        choice = choose(views, profile_name, self.policy)
-        if choice is None:
-            raise RequestRefused(
-                AllocateRefusal.NO_CAPACITY,
-                f"no free {profile_name} partition on this node; free capacity: "
-                f"{describe_free(views)}. Wait for partitions to be released or request a "
-                "profile that still fits",
-            )
+        choice, reserved = self._decide(target, request, grants)
+        profile_name = choice.profile.name
         pod, container = target.pod, target.container
         with self.locks.card(choice.card.pci):
             try:
@@ -278,7 +352,8 @@ class Allocator:
             NORMAL,
             "PartitionGranted",
             f"container {container.name}: partition {profile_name} on card {grant.card_pci} "
-            f"(slices {grant.placement_start}:{grant.placement_size}, uuid {grant.uuid})",
+            f"(slices {grant.placement_start}:{grant.placement_size}, uuid {grant.uuid})"
+            f"{', as the scheduler extender reserved it' if reserved else ''}",
         )
         log.info(
             "partition granted",
@@ -289,9 +364,138 @@ class Allocator:
                 "card": grant.card_pci,
                 "placement": f"{grant.placement_start}:{grant.placement_size}",
                 "uuid": grant.uuid,
+                "reserved": reserved,
             },
         )
         return response
+
+    # where the partition goes ----------------------------------------------------------
+    def _decide(
+        self, target: Target, request: PartitionRequest, grants: Sequence[Grant]
+    ) -> tuple[Choice[Profile], bool]:
+        """Card, profile and placement for the container, and whether a reservation said so.
+
+        A reservation is carved as written or refused: moving it elsewhere would break the
+        extender's count of what the node still holds (docs/dev/extender.md)."""
+        cards = self.node.cards()
+        views = card_views(cards)
+        reserved = self._reserved(target, request)
+        if reserved is not None:
+            choice = self._at_reservation(
+                target, request, reserved, cards=cards, views=views, grants=grants
+            )
+            return choice, True
+        if isinstance(request, ProfileRequest):
+            return _by_profile(views, request.profile, self.policy), False
+        return _by_size(views, request, self.policy), False
+
+    def _reserved(self, target: Target, request: PartitionRequest) -> Reserved | None:
+        """This container's entry of the pod's reservation, None without one, or refused
+        with BAD_RESERVATION when it cannot be trusted."""
+        pod, container = target.pod, target.container.name
+        if RESERVATION_ANNOTATION not in pod.annotations:
+            return None
+        try:
+            reservation = decode(pod.annotations[RESERVATION_ANNOTATION])
+        except ReservationError as exc:
+            raise _bad_reservation(f"{exc}") from exc
+        if self.node_name and reservation.node != self.node_name:
+            raise _bad_reservation(
+                f"it reserves node {reservation.node!r}, but this is node {self.node_name!r}"
+            )
+        entry = reservation.containers.get(container)
+        if entry is None:
+            raise _bad_reservation(
+                f"it has no entry for container {shorten(container)!r} (it reserves "
+                f"containers: {show_names(sorted(reservation.containers))})"
+            )
+        if isinstance(request, ProfileRequest) and entry.profile != request.profile:
+            raise _bad_reservation(
+                f"it reserves profile {entry.profile} for container {shorten(container)!r}, "
+                f"which requests {request.profile}"
+            )
+        return entry
+
+    def _at_reservation(
+        self,
+        target: Target,
+        request: PartitionRequest,
+        reserved: Reserved,
+        *,
+        cards: Sequence[Card],
+        views: Sequence[CardView[Profile]],
+        grants: Sequence[Grant],
+    ) -> Choice[Profile]:
+        where = (
+            f"the slices {reserved.start}:{reserved.size} ({reserved.profile}) reserved on "
+            f"card {reserved.card} for container {shorten(target.container.name)!r}"
+        )
+        card = next((v for v in views if v.pci == reserved.card), None)
+        if card is None:
+            known = next((c for c in cards if c.pci == reserved.card), None)
+            why = (
+                "no card of this node has that address"
+                if known is None
+                else f"the card is not offered ({known.error or 'no device key'})"
+            )
+            raise _reservation_taken(f"{where} cannot be carved: {why}")
+        profile = card.profile(reserved.profile)
+        if profile is None:
+            offered = ", ".join(p.name for p in card.profiles) or "none"
+            raise _reservation_taken(
+                f"{where} cannot be carved: the card offers no profile {reserved.profile} "
+                f"(it offers: {offered})"
+            )
+        if isinstance(request, SizeRequest) and not request.covers(profile):
+            raise _bad_reservation(
+                f"it reserves {profile.name} ({_figures(profile)}) for container "
+                f"{shorten(target.container.name)!r}, which requests at least "
+                f"{request.describe()}"
+            )
+        placement = next(
+            (p for p in profile.placements if (p.start, p.size) == (reserved.start, reserved.size)),
+            None,
+        )
+        if placement is None:
+            legal = " ".join(f"{p.start}:{p.size}" for p in profile.placements) or "none"
+            raise _bad_reservation(
+                f"{reserved.start}:{reserved.size} is not a placement of {profile.name} on card "
+                f"{card.pci} (legal: {legal})"
+            )
+        overlap = card.occupied & slices_of(placement.start, placement.size)
+        if overlap:
+            raise _reservation_taken(
+                f"{where} are taken: slice{'s' if len(overlap) > 1 else ''} "
+                f"{', '.join(map(str, sorted(overlap)))} "
+                f"{self._holders(card, overlap, grants)}"
+            )
+        return Choice(card, profile, placement)
+
+    def _holders(
+        self, card: CardView[Profile], overlap: frozenset[int], grants: Sequence[Grant]
+    ) -> str:
+        """Who holds the overlapping slices, as a message says it."""
+        try:
+            live = self.node.instances(card.index)
+        except HydmiError as exc:
+            return f"(the card's instances cannot be read: {exc})"
+        owners: list[str] = []
+        for instance in live:
+            span = slices_of(instance.placement.start, instance.placement.size)
+            if not span & overlap:
+                continue
+            grant = next(
+                (g for g in grants if g.owns(card.pci, instance.gpu_instance_id, instance.uuid)),
+                None,
+            )
+            what = f"{instance.placement.start}:{instance.placement.size}"
+            owners.append(
+                f"the partition of pod {grant.pod_key} ({grant.profile} at {what})"
+                if grant is not None
+                else f"an instance at {what} that no grant of this plugin owns (carved by hand?)"
+            )
+        unique = sorted(set(owners))
+        return "held by " + listing(unique[:3], len(unique)) if unique else "held"
 
     def _explain_poison(self, card_index: int, exc: HydmiError) -> None:
         """A directory on a ci/ name makes the driver refuse that id with a bare

@@ -1,4 +1,5 @@
-"""`hygon-dcu-plugin serve` (the device plugin) and `hygon-dcu-plugin webhook` (admission)."""
+"""`hygon-dcu-plugin serve` (the device plugin), `hygon-dcu-plugin webhook` (admission) and
+`hygon-dcu-plugin extender` (the scheduler extender)."""
 
 from __future__ import annotations
 
@@ -129,13 +130,20 @@ def _webhook(argv: list[str]) -> int:
     return int(server.main(argv))
 
 
+def _extender(argv: list[str]) -> int:
+    # Imported here too: the extender loads neither the device plugin nor the webhook's main.
+    from .extender import main  # noqa: PLC0415
+
+    return int(main.main(argv))
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="hygon-dcu-plugin",
         description="Hygon DCU partitioning runtime for Kubernetes.",
     )
     top.add_argument("--version", action="version", version=__version__)
-    sub = top.add_subparsers(dest="command", required=True, metavar="{serve,webhook}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="{serve,webhook,extender}")
     serve = sub.add_parser(
         "serve",
         help="run the device plugin on this node",
@@ -148,6 +156,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "webhook", help="run the admission webhook (its own flags follow)", add_help=False
     )
+    sub.add_parser(
+        "extender", help="run the scheduler extender (its own flags follow)", add_help=False
+    )
     return top
 
 
@@ -155,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["webhook"]:
         return _webhook(args_list[1:])
+    if args_list[:1] == ["extender"]:
+        return _extender(args_list[1:])
     args = parser().parse_args(args_list)
     if args.command == "serve":
         return _serve(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -17,10 +18,40 @@ class ConfigError(Exception):
 
 # Inclusive bounds of the numeric settings. A resync below the floor busy-loops the reclaimer;
 # above the ceiling (or inf) its wait overflows or a missed event waits for hours.
+# The geometry Lease (docs/dev/extender.md) is renewed at least every geometry_renew_seconds
+# and trusted by the extender for geometry_lease_seconds: a longer lease keeps a dead plugin's
+# node in the extender's choice for longer, a shorter renewal writes to the API server more.
 BOUNDS: dict[str, tuple[float, float]] = {
     "grace_seconds": (0.0, 3600.0),
     "resync_seconds": (0.1, 3600.0),
+    "geometry_renew_seconds": (1.0, 300.0),
+    "geometry_lease_seconds": (2, 600),
 }
+
+# The API server's object name rules: a namespace is a DNS label (RFC 1123), most other names
+# (a Lease's, a Node's) a DNS subdomain.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_LABEL_MAX = 63
+_DNS_SUBDOMAIN_MAX = 253
+
+
+def kube_name_problem(name: str, subdomain: bool) -> str | None:
+    """Why the API server would refuse ``name`` as an object name, or None."""
+    if subdomain:
+        if len(name) > _DNS_SUBDOMAIN_MAX or not all(
+            _DNS_LABEL.fullmatch(part) for part in name.split(".")
+        ):
+            return (
+                f"must be a DNS subdomain: lowercase letters, digits, '-' and '.', at most "
+                f"{_DNS_SUBDOMAIN_MAX} characters, a letter or digit at each end"
+            )
+        return None
+    if len(name) > _DNS_LABEL_MAX or not _DNS_LABEL.fullmatch(name):
+        return (
+            f"must be a DNS label: lowercase letters, digits and '-', at most "
+            f"{_DNS_LABEL_MAX} characters, a letter or digit at each end"
+        )
+    return None
 
 
 @dataclass(frozen=True)
@@ -40,6 +71,9 @@ class Settings:
     health_address: str = "0.0.0.0:9410"  # kubelet probes and Prometheus must reach it
     log_level: str = "info"
     delete_pods_with_lost_partitions: bool = False
+    geometry_namespace: str | None = None
+    geometry_renew_seconds: float = 10.0
+    geometry_lease_seconds: int = 40
 
     def validate(self) -> Settings:
         if self.policy not in POLICIES:
@@ -57,6 +91,23 @@ class Settings:
             raise ConfigError(
                 "delete_pods_with_lost_partitions: "
                 f"{self.delete_pods_with_lost_partitions!r} must be true or false"
+            )
+        if self.geometry_namespace:
+            problem = kube_name_problem(self.geometry_namespace, subdomain=False)
+            if problem:
+                raise ConfigError(f"geometry_namespace: {self.geometry_namespace!r} {problem}")
+        if isinstance(self.geometry_lease_seconds, bool) or not isinstance(
+            self.geometry_lease_seconds, int
+        ):
+            # leaseDurationSeconds is a whole number on the wire
+            raise ConfigError(
+                f"geometry_lease_seconds: {self.geometry_lease_seconds!r} is not a whole number"
+            )
+        if not self.geometry_lease_seconds > self.geometry_renew_seconds:
+            raise ConfigError(
+                f"geometry_lease_seconds: {self.geometry_lease_seconds} must exceed "
+                f"geometry_renew_seconds ({self.geometry_renew_seconds:g}), or the lease "
+                "expires between renewals"
             )
         if self.log_level.lower() not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level: {self.log_level!r} must be debug/info/warning/error")
@@ -100,6 +151,15 @@ config file (--config, YAML mapping; flags override it; every key is optional):
                         true: delete a running pod whose partition is gone (after a power
                         loss, or destroyed by hand) so its controller recreates it; false:
                         only a Warning Event and a metric
+  geometry_namespace    namespace of this node's geometry Lease, which the scheduler extender
+                        reads (default: $POD_NAMESPACE; empty: no Lease, and the extender
+                        cannot place partitions on this node)
+  geometry_renew_seconds (1 to 300, default 10)
+                        the Lease is rewritten when the geometry changes and at least this
+                        often (its renewTime tells the extender the node is current)
+  geometry_lease_seconds (a whole number, 2 to 600, default 40)
+                        how long the extender trusts the Lease after its last renewal; more
+                        than geometry_renew_seconds
 """
 
 
@@ -125,6 +185,10 @@ def _coerce(name: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"{name}: {value!r} is not a number") from exc
+    if isinstance(default, int):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ConfigError(f"{name}: {value!r} is not a whole number")
+        return value
     if not isinstance(value, str):
         raise ConfigError(f"{name}: {value!r} must be a string")
     return value
@@ -162,6 +226,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             kind = parse_bool
         elif isinstance(default, float):
             kind = float
+        elif isinstance(default, int):
+            kind = int
         choices = POLICIES if name == "policy" else None
         parser.add_argument(
             flag,
@@ -191,4 +257,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
     settings = replace(Settings(), **values)
     if settings.node_name is None and os.environ.get("NODE_NAME"):
         settings = replace(settings, node_name=os.environ["NODE_NAME"])
+    # The DaemonSet sets POD_NAMESPACE through the downward API.
+    if settings.geometry_namespace is None and os.environ.get("POD_NAMESPACE"):
+        settings = replace(settings, geometry_namespace=os.environ["POD_NAMESPACE"])
     return settings.validate()

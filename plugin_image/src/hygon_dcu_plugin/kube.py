@@ -1,8 +1,8 @@
 """Every Kubernetes API call the plugin makes, behind one small interface.
 
 `KubeApi` is what the allocator and the reclaimer depend on; `KubernetesApi` is the real one
-(the `kubernetes` client). Keep every call in this file and in API_ACCESS below: the RBAC rules
-of the DaemonSet are derived from that constant.
+(the `kubernetes` client). Keep every call in this file and in API_ACCESS or LEASE_ACCESS
+below: the RBAC rules of the DaemonSet are derived from those constants.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ from typing import Any, Protocol
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from .config import kube_name_problem
+from .vocabulary import GEOMETRY_ANNOTATION, GEOMETRY_LABEL, GEOMETRY_LABEL_VALUE
+
 # (apiGroup, resource, verb) for every call below; "" is the core group.
 API_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("", "pods", "get"),  # get_pod: identify the container, confirm a pod is gone
@@ -25,6 +28,15 @@ API_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("", "pods", "watch"),  # watch_pods: wake the reclaimer when a pod on this node changes
     ("", "pods", "delete"),  # delete_pod_with_uid: opt-in, pods whose partition is lost
     ("", "events", "create"),  # create_event: granted, refused, stuck, lost
+)
+
+# The geometry Lease (docs/dev/extender.md), written by put_geometry_lease. Granted by a Role in
+# the plugin's own namespace, NOT by the ClusterRole derived from API_ACCESS: a plugin pod can
+# then touch no Lease outside that namespace (no list or watch either: the extender lists them).
+LEASE_ACCESS: tuple[tuple[str, str, str], ...] = (
+    ("coordination.k8s.io", "leases", "get"),  # put_geometry_lease: the current resourceVersion
+    ("coordination.k8s.io", "leases", "create"),  # put_geometry_lease: the first publish
+    ("coordination.k8s.io", "leases", "update"),  # put_geometry_lease: every later one
 )
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -126,6 +138,12 @@ class KubeApi(Protocol):
     ) -> None:
         """Call on_event for every change of a pod bound to node_name, until stop is set."""
 
+    def put_geometry_lease(
+        self, namespace: str, name: str, text: str, holder: str, duration_seconds: int
+    ) -> None:
+        """Create or replace the geometry Lease ``namespace/name`` holding ``text``, renewed
+        now. A concurrent writer makes it fail (HTTP 409): the caller tries again later."""
+
 
 def _limits(container: Any) -> dict[str, str]:
     resources = getattr(container, "resources", None)
@@ -153,6 +171,18 @@ def pod_from_api(obj: Any) -> Pod:
     )
 
 
+def micro_time(moment: datetime) -> datetime:
+    """``moment`` as the API server's MicroTime accepts it through the client.
+
+    The server parses MicroTime with exactly six fraction digits; the client writes a datetime
+    with isoformat, which drops the fraction when the microsecond is 0, so such a moment is
+    moved 1 us on. A naive moment is taken as UTC (isoformat would give no offset at all).
+    """
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment if moment.microsecond else moment.replace(microsecond=1)
+
+
 def _pod_event(event: Any) -> PodEvent:
     obj = event.get("object") if isinstance(event, dict) else None
     meta = getattr(obj, "metadata", None)
@@ -176,6 +206,7 @@ class KubernetesApi:
         else:
             config.load_incluster_config()
         self._core = client.CoreV1Api()
+        self._coordination = client.CoordinationV1Api()
         self._timeout = timeout
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
@@ -263,3 +294,73 @@ class KubernetesApi:
                 stop.wait(5.0)
             finally:
                 watcher.stop()
+
+    def put_geometry_lease(
+        self, namespace: str, name: str, text: str, holder: str, duration_seconds: int
+    ) -> None:
+        for kind, value, subdomain in (("namespace", namespace, False), ("name", name, True)):
+            problem = kube_name_problem(value, subdomain=subdomain)
+            if problem:
+                raise KubeApiError(f"geometry lease {kind} {value[:80]!r}: {problem}")
+        what = f"geometry lease {namespace}/{name}"
+        now = micro_time(datetime.now(UTC))
+        current = _request(
+            f"get {what}",
+            lambda: self._coordination.read_namespaced_lease(
+                name, namespace, _request_timeout=self._timeout
+            ),
+            not_found=None,
+        )
+        labels = {GEOMETRY_LABEL: GEOMETRY_LABEL_VALUE}
+        annotations = {GEOMETRY_ANNOTATION: text}
+        if current is None:
+            body = client.V1Lease(
+                metadata=client.V1ObjectMeta(
+                    name=name, namespace=namespace, labels=labels, annotations=annotations
+                ),
+                spec=client.V1LeaseSpec(
+                    holder_identity=holder,
+                    lease_duration_seconds=duration_seconds,
+                    acquire_time=now,
+                    renew_time=now,
+                ),
+            )
+            _request(
+                f"create {what}",
+                lambda: self._coordination.create_namespaced_lease(
+                    namespace, body, _request_timeout=self._timeout
+                ),
+            )
+            return
+        meta, old = current.metadata, current.spec
+        acquired, transitions = now, None
+        if old is not None and old.holder_identity == holder and old.acquire_time is not None:
+            # The same holder keeps its acquireTime; another one (a new pod) takes it over.
+            acquired, transitions = micro_time(old.acquire_time), old.lease_transitions
+        elif old is not None and old.holder_identity:
+            transitions = (old.lease_transitions or 0) + 1
+        # A replace with the resourceVersion read, not a patch: a concurrent write makes this
+        # one fail with a 409 instead of being overwritten. What others set in metadata stays.
+        body = client.V1Lease(
+            metadata=client.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                resource_version=meta.resource_version,
+                labels={**(meta.labels or {}), **labels},
+                annotations={**(meta.annotations or {}), **annotations},
+                owner_references=meta.owner_references,
+            ),
+            spec=client.V1LeaseSpec(
+                holder_identity=holder,
+                lease_duration_seconds=duration_seconds,
+                acquire_time=acquired,
+                renew_time=now,
+                lease_transitions=transitions,
+            ),
+        )
+        _request(
+            f"update {what}",
+            lambda: self._coordination.replace_namespaced_lease(
+                name, namespace, body, _request_timeout=self._timeout
+            ),
+        )

@@ -12,6 +12,9 @@ strings, or whatever else a client sent). ``ContainerRequest`` is one of:
 
 - ``ProfileRequest(profile)``: exactly one partition of that profile, e.g. "2g.15gb"
   (``.resource`` is its resource name);
+- ``SizeRequest(memory_mib, min_cu)``: exactly one partition of at least that much DCU memory
+  (and, when given, compute units); each node carves its smallest profile that covers both
+  (``SizeRequest.smallest``);
 - ``WholeCardRequest(count)``: whole cards (``hygon.com/dcu``) and no partition; ``count`` is
   None when the quantity is not a whole number (the API server refuses such pods);
 - ``NoPartitionRequest()``: nothing this plugin serves;
@@ -44,16 +47,19 @@ is bounded (``shown``).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeAlias
+from typing import Protocol, TypeAlias, TypeVar
 
 from .quantity import QuantityError, parse_quantity, whole_number
 from .shown import shorten, show_names, show_value
 from .vocabulary import (
+    COMPUTE_UNITS,
     FAMILY,
+    MEMORY_MIB,
     PROFILE_PREFIX,
+    SIZE_RESOURCES,
     SLICED,
     WHOLE_CARD,
     AllocateRefusal,
@@ -61,12 +67,17 @@ from .vocabulary import (
 )
 
 __all__ = [
+    "MAX_COMPUTE_UNITS",
+    "MAX_MEMORY_MIB",
     "PARTITION_PREFIX",
     "ContainerRequest",
     "NoPartitionRequest",
+    "PartitionRequest",
     "ProfileRequest",
     "Reason",
     "RefusedRequest",
+    "SizeRequest",
+    "SizedProfile",
     "Violation",
     "WholeCardRequest",
     "is_partition",
@@ -77,6 +88,10 @@ __all__ = [
 PARTITION_PREFIX = FAMILY + "."
 
 _EXAMPLE = f"{FAMILY}: 1 and {PROFILE_PREFIX}2g.15gb: 1"
+_SIZE_EXAMPLE = f"{FAMILY}: 1 and {MEMORY_MIB}: 16384"
+# Bounds of a size request: far above any card, so only nonsense is refused.
+MAX_MEMORY_MIB = 1 << 24  # 16 TiB
+MAX_COMPUTE_UNITS = 4096
 _ONE_PER_CONTAINER = "one partition per container; use one pod per partition"
 
 
@@ -92,6 +107,9 @@ class Reason(StrEnum):
     REQUESTS_LIMITS_DISAGREE = "requests-limits-disagree"
     REQUESTS_WITHOUT_LIMITS = "requests-without-limits"
     UNKNOWN_PARTITION_RESOURCE = "unknown-partition-resource"
+    SIZE_WITH_PROFILE = "size-with-profile"
+    COMPUTE_UNITS_WITHOUT_MEMORY = "compute-units-without-memory"
+    SIZE_OUT_OF_RANGE = "size-out-of-range"
     # Where the container sits in its pod: webhook.rules.
     PARTITION_IN_SIDECAR = "partition-in-sidecar"
     PARTITION_IN_INIT_CONTAINER = "partition-in-init-container"
@@ -99,6 +117,8 @@ class Reason(StrEnum):
     # Whole cards next to a partition: in the container itself (parse_container) or in
     # another container of the pod (webhook.rules).
     MIXED_WITH_PARTITIONS = "mixed-with-partitions"
+    # A size no profile of any node covers: webhook.rules, from the published geometry.
+    SIZE_NOT_OFFERED = "size-not-offered"
     MALFORMED_POD = "malformed-pod"
 
     @property
@@ -139,6 +159,49 @@ class ProfileRequest:
         return profile_resource(self.profile)
 
 
+class SizedProfile(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def slices(self) -> int: ...
+
+    @property
+    def memory_mib(self) -> int: ...
+
+    @property
+    def cu_count(self) -> int: ...
+
+
+SizedT = TypeVar("SizedT", bound=SizedProfile)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeRequest:
+    """Exactly one partition of at least ``memory_mib`` MiB of DCU memory and, when
+    ``min_cu`` is set, at least that many compute units."""
+
+    memory_mib: int
+    min_cu: int | None = None
+
+    def covers(self, profile: SizedProfile) -> bool:
+        return profile.memory_mib >= self.memory_mib and (
+            self.min_cu is None or profile.cu_count >= self.min_cu
+        )
+
+    def smallest(self, profiles: Iterable[SizedT]) -> list[SizedT]:
+        """The profiles that cover the request, smallest first (fewest slices, then least
+        memory, then fewest compute units, then name): the order a node tries them in."""
+        return sorted(
+            (p for p in profiles if self.covers(p)),
+            key=lambda p: (p.slices, p.memory_mib, p.cu_count, p.name),
+        )
+
+    def describe(self) -> str:
+        cu = f" and {self.min_cu} compute units" if self.min_cu is not None else ""
+        return f"{self.memory_mib} MiB{cu}"
+
+
 @dataclass(frozen=True, slots=True)
 class WholeCardRequest:
     """Whole cards and no partition; ``count`` is None when not a whole number."""
@@ -170,8 +233,9 @@ class RefusedRequest:
         return text
 
 
+PartitionRequest: TypeAlias = ProfileRequest | SizeRequest
 ContainerRequest: TypeAlias = (
-    ProfileRequest | WholeCardRequest | NoPartitionRequest | RefusedRequest
+    ProfileRequest | SizeRequest | WholeCardRequest | NoPartitionRequest | RefusedRequest
 )
 
 
@@ -200,7 +264,12 @@ def parse_container(
         )
     if violations:
         return RefusedRequest(tuple(violations))
-    # No violation leaves the family and exactly one profile, each at exactly 1.
+    if MEMORY_MIB in partitions:
+        # No violation leaves the family at 1 and a memory size (and maybe compute units) in
+        # range, and no profile.
+        cu = _whole(limits[COMPUTE_UNITS]) if COMPUTE_UNITS in limits else None
+        return SizeRequest(_whole(limits[MEMORY_MIB]) or 0, cu)
+    # Otherwise the family and exactly one profile, each at exactly 1.
     (profile,) = (key for key in partitions if key != FAMILY)
     return ProfileRequest(profile[len(PROFILE_PREFIX) :])
 
@@ -225,6 +294,13 @@ def _whole(value: object) -> int | None:
         return None
 
 
+def _size_hint(resource: str) -> str:
+    """What a size resource counts, with an example."""
+    if resource == MEMORY_MIB:
+        return f"memory in MiB, e.g. {_SIZE_EXAMPLE}"
+    return f"compute units, e.g. {COMPUTE_UNITS}: 16 next to a {MEMORY_MIB}"
+
+
 def _partition_violations(
     name: str,
     label: str,
@@ -241,7 +317,8 @@ def _partition_violations(
     profiles = [
         key for key in partitions if key.startswith(PROFILE_PREFIX) and key != PROFILE_PREFIX
     ]
-    unknown = [key for key in partitions if key != FAMILY and key not in profiles]
+    sizes = [key for key in partitions if key in SIZE_RESOURCES]
+    unknown = [key for key in partitions if key != FAMILY and key not in (*profiles, *sizes)]
     for resource in unknown:
         yield Violation(
             Reason.UNKNOWN_PARTITION_RESOURCE,
@@ -249,27 +326,51 @@ def _partition_violations(
             f"{label} requests {shorten(resource)}, which is not a partition resource: "
             f"profile resources are named {PROFILE_PREFIX}<profile>; request {_EXAMPLE}",
         )
+    for resource in sizes:
+        bound = MAX_MEMORY_MIB if resource == MEMORY_MIB else MAX_COMPUTE_UNITS
+        if resource in amounts and not 1 <= amounts[resource] <= bound:
+            yield Violation(
+                Reason.SIZE_OUT_OF_RANGE,
+                name,
+                f"{label} requests {resource}: {amounts[resource]}; it must be 1..{bound} "
+                f"({_size_hint(resource)})",
+            )
     for resource, amount in amounts.items():
-        if amount != 1 and resource not in unknown:
+        if amount != 1 and resource not in unknown and resource not in sizes:
             yield Violation(
                 Reason.QUANTITY_NOT_ONE,
                 name,
                 f"{label} requests {shorten(resource)}: {amount}; {_ONE_PER_CONTAINER} "
                 f"(set it to 1 and create one pod for each partition)",
             )
-    if FAMILY in partitions and not profiles:
+    if FAMILY in partitions and not profiles and not sizes:
         yield Violation(
             Reason.FAMILY_WITHOUT_PROFILE,
             name,
             f"{label} requests {FAMILY} but no profile: add a limit {PROFILE_PREFIX}<profile>: 1 "
-            f"next to it, e.g. {_EXAMPLE} (a partition without a profile has no size)",
+            f"next to it, e.g. {_EXAMPLE}, or a memory size, e.g. {_SIZE_EXAMPLE} (a partition "
+            "without a profile has no size)",
         )
-    if profiles and FAMILY not in partitions:
+    if (profiles or sizes) and FAMILY not in partitions:
         yield Violation(
             Reason.PROFILE_WITHOUT_FAMILY,
             name,
-            f"{label} requests {show_names(profiles)} without the family: add {FAMILY}: 1 "
-            "next to the profile (the family is what the node allocates)",
+            f"{label} requests {show_names(profiles + sizes)} without the family: add "
+            f"{FAMILY}: 1 next to it (the family is what the node allocates)",
+        )
+    if profiles and sizes:
+        yield Violation(
+            Reason.SIZE_WITH_PROFILE,
+            name,
+            f"{label} requests a profile ({show_names(profiles)}) and a size "
+            f"({show_names(sizes)}): ask for one or the other, e.g. {_EXAMPLE} or {_SIZE_EXAMPLE}",
+        )
+    if COMPUTE_UNITS in sizes and MEMORY_MIB not in sizes:
+        yield Violation(
+            Reason.COMPUTE_UNITS_WITHOUT_MEMORY,
+            name,
+            f"{label} requests {COMPUTE_UNITS} without {MEMORY_MIB}: a size request names the "
+            f"memory first, e.g. {_SIZE_EXAMPLE} and {COMPUTE_UNITS}: 16",
         )
     if len(profiles) > 1:
         yield Violation(
@@ -290,6 +391,13 @@ def _amount(
 ) -> Generator[Violation, None, int | None]:
     """Yields what is wrong with the quantity of ``resource``; returns it (limits first)."""
     values: dict[str, int] = {}
+    # A size is a whole number of its unit; every other partition resource is counted at 1.
+    if resource in SIZE_RESOURCES:
+        whole_fix = f"sizes are whole numbers; {_size_hint(resource)}"
+        equal_fix = "set both to the same size"
+    else:
+        whole_fix = "partitions are counted in whole units; set it to 1"
+        equal_fix = "set both to 1"
     for field, source in (("limits", limits), ("requests", requests)):
         if resource not in source:
             continue
@@ -301,7 +409,7 @@ def _amount(
                 Reason.QUANTITY_NOT_WHOLE,
                 name,
                 f"{label} has {field} {shorten(resource)}: {show_value(raw)}, which is not a "
-                "quantity: partitions are counted in whole units; set it to 1",
+                f"quantity: {whole_fix}",
             )
             continue
         whole = whole_number(exact)
@@ -310,7 +418,7 @@ def _amount(
                 Reason.QUANTITY_NOT_WHOLE,
                 name,
                 f"{label} has {field} {shorten(resource)}: {show_value(raw)}, which is not a "
-                "whole number: partitions are counted in whole units; set it to 1",
+                f"whole number: {whole_fix}",
             )
             continue
         values[field] = whole
@@ -328,6 +436,6 @@ def _amount(
             name,
             f"{label} has requests {shorten(resource)}: {values['requests']} but limits "
             f"{shorten(resource)}: {values['limits']}: extended resources need equal requests "
-            "and limits; set both to 1 or leave out the requests (they default to the limits)",
+            f"and limits; {equal_fix} or leave out the requests (they default to the limits)",
         )
     return values.get("limits", values.get("requests"))

@@ -1,7 +1,8 @@
 """The running plugin: wiring at start (mode, resource set, allocator, reclaimer, servers),
 refreshing the device lists the kubelet sees, and the threads (gRPC servers, reclaimer, pod
-watch). What the lists hold is decided elsewhere: ``whole_cards`` (mode off), ``held`` and
-``advertise.partition_plan`` (mode on).
+watch, geometry publisher). What the lists hold is decided elsewhere: ``whole_cards`` (mode
+off), ``held`` and ``advertise.partition_plan`` (mode on); what the geometry Lease holds in
+``geometry`` (docs/dev/extender.md).
 
 The mode is read once at start: a running plugin does not notice a mode change (the driver
 does not tell it), which is why the node state machine restarts it after every switch.
@@ -10,6 +11,7 @@ does not tell it), which is why the node state machine restarts it after every s
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable
 
@@ -19,14 +21,16 @@ from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from .advertise import Device, free_capacity, healthy_count, partition_plan
 from .allocator import Allocator, card_views
 from .board import DeviceBoard
-from .config import Settings
+from .config import Settings, kube_name_problem
 from .events import PodEvents
+from .geometry import Geometry, of_cards
 from .grants import GrantStore
 from .held import held_tokens
 from .kube import KubeApi
 from .locks import Locks
 from .metrics import LabelKey, Metrics
 from .podresources import PodLister
+from .publisher import GeometryPublisher
 from .reclaimer import Reclaimer
 from .service import PluginServers
 from .vocabulary import FAMILY, WHOLE_CARD, profile_resource
@@ -62,7 +66,9 @@ class Runtime:
         self._tickets = threading.Lock()
         self._requested = 0
         self._covered = 0
+        self.library_usable = False
         self.partitioned = self._read_mode()
+        self.publisher = self._publisher()  # before anything can call refresh
         self.events = PodEvents(kube)
         self.allocator = Allocator(
             node,
@@ -111,6 +117,7 @@ class Runtime:
                 "management library unusable; serving no partitions", extra={"error": state.error}
             )
             return False
+        self.library_usable = True
         log.info("partition mode read at start", extra={"mode": bool(state.current)})
         return bool(state.current)
 
@@ -125,6 +132,43 @@ class Runtime:
             resources += [profile_resource(n) for n in names]
             self.metrics.known_profiles(names)
         return resources
+
+    def _publisher(self) -> GeometryPublisher | None:
+        namespace, node = self.settings.geometry_namespace, self.settings.node_name
+        if not namespace or not node:
+            log.warning(
+                "no geometry Lease published: the scheduler extender cannot place partitions "
+                "on this node",
+                extra={"missing": "geometry_namespace" if node else "node_name"},
+            )
+            return None
+        problem = kube_name_problem(node, subdomain=True)
+        if problem:
+            log.error(
+                "no geometry Lease published: the node name cannot name a Lease; the scheduler "
+                "extender cannot place partitions on this node",
+                extra={"node": node[:80], "error": problem},
+            )
+            return None
+        holder = socket.gethostname()  # the pod's name in a pod
+        seconds = self.settings.geometry_lease_seconds
+        return GeometryPublisher(
+            self.geometry,
+            lambda text: self.kube.put_geometry_lease(namespace, node, text, holder, seconds),
+            renew_seconds=self.settings.geometry_renew_seconds,
+        )
+
+    def geometry(self) -> Geometry:
+        """What the geometry Lease holds now (the publisher numbers it). Raises when the node
+        cannot be read, and then nothing is published."""
+        if not self.partitioned:
+            if not self.library_usable:
+                raise RuntimeError("the management library was unusable at start")
+            return Geometry(0, ())  # mode off: no card offers partitions
+        owners = [
+            (g.card_pci, g.placement_start, g.placement_size, g.pod_uid) for g in self.store.load()
+        ]
+        return of_cards(self.node.cards(), owners, 0)
 
     def _advertised(self, resource: str) -> set[str]:
         devices, _version = self.board.get(resource)
@@ -149,7 +193,10 @@ class Runtime:
     def refresh(self) -> None:
         """Recompute and publish the device lists; on return they reflect every change made
         before the call. Calls that queue up while one runs share the next computation: it
-        starts after all of them asked, so each of their changes is in what it publishes."""
+        starts after all of them asked, so each of their changes is in what it publishes.
+        The geometry publisher is woken too (every Allocate and reclaim pass ends here)."""
+        if self.publisher is not None:
+            self.publisher.notify()
         with self._tickets:
             self._requested += 1
             ticket = self._requested
@@ -212,6 +259,8 @@ class Runtime:
 
     def start(self) -> None:
         self.refresh()
+        if self.publisher is not None:
+            self.publisher.start()
         self._thread("grpc", lambda: self.servers.run(self.stop_event))
         if self.partitioned:
             self._thread(
@@ -228,10 +277,13 @@ class Runtime:
                 log.warning("no node name: reclaiming on the periodic resync only")
 
     def alive(self) -> bool:
-        return all(t.is_alive() for t in self._threads)
+        publishing = self.publisher is None or self.publisher.alive()
+        return publishing and all(t.is_alive() for t in self._threads)
 
     def stop(self) -> None:
         self.stop_event.set()
         self.reclaimer.wake.set()
+        if self.publisher is not None:
+            self.publisher.stop()
         for thread in self._threads:
             thread.join(timeout=5)

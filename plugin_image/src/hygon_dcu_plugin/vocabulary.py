@@ -19,6 +19,12 @@ SLICED = "hygon.com/dcu.sliced"
 FAMILY = "hygon.com/dcu.partitioned"
 PROFILE_PREFIX = FAMILY + ".mig-"
 
+# Requests by size: the family at 1 plus the DCU memory in MiB, and optionally a minimum of
+# compute units; the smallest profile of the node that covers both is carved (request.py).
+MEMORY_MIB = FAMILY + ".memory-mib"
+COMPUTE_UNITS = FAMILY + ".compute-units"
+SIZE_RESOURCES = (MEMORY_MIB, COMPUTE_UNITS)
+
 ANNOTATION_PREFIX = "hygon.com/dcu.partition."
 # The part of an annotation key after "/" is at most 63 characters.
 _KEY_NAME_MAX = 63
@@ -31,6 +37,19 @@ PARK_LABEL = VENDOR_PREFIX + "dcu.device-plugin"  # node: "parked" during a mode
 EVICT_LABEL = VENDOR_PREFIX + "dcu.evict"  # pod: marked for eviction by mig_node
 ADMISSION_SCOPE_LABEL = VENDOR_PREFIX + "dcu.admission"  # namespace: the webhook's scope
 CONFIG_HASH_ANNOTATION = VENDOR_PREFIX + "config-sha256"  # pod template: rolls on a new config
+
+# The scheduler extender (docs/dev/extender.md). The device plugin publishes its node's geometry
+# as an annotation of a Lease named after the node, labelled GEOMETRY_LABEL, in its own
+# namespace; the extender reserves card + placement per container in RESERVATION_ANNOTATION of
+# the pod before it binds it, and the allocator carves exactly there.
+GEOMETRY_ANNOTATION = VENDOR_PREFIX + "dcu.geometry"
+GEOMETRY_LABEL = VENDOR_PREFIX + "dcu.geometry"
+GEOMETRY_LABEL_VALUE = "v1"
+GEOMETRY_SELECTOR = f"{GEOMETRY_LABEL}={GEOMETRY_LABEL_VALUE}"
+RESERVATION_ANNOTATION = VENDOR_PREFIX + "dcu.reservation"
+# Set with the reservation, so the extender finds reserved pods with one labelled list.
+RESERVED_LABEL = VENDOR_PREFIX + "dcu.reserved"
+SCHEDULER_NAME = "hygon-dcu-scheduler"  # the second scheduler's default profile name
 
 # Placement policies (the plugin's `policy` setting; placement.py implements them).
 PACK = "pack"
@@ -58,6 +77,8 @@ class AllocateRefusal(StrEnum):
     STALE_GRANT = "stale_grant"
     CARD_UNHEALTHY = "card_unhealthy"
     POISONED_REGISTRY = "poisoned_registry"
+    RESERVATION_TAKEN = "reservation_taken"
+    BAD_RESERVATION = "bad_reservation"
 
     @property
     def status(self) -> str:
@@ -80,6 +101,8 @@ _GRPC_STATUS = {
     AllocateRefusal.STALE_GRANT: "FAILED_PRECONDITION",
     AllocateRefusal.CARD_UNHEALTHY: "FAILED_PRECONDITION",
     AllocateRefusal.POISONED_REGISTRY: "FAILED_PRECONDITION",
+    AllocateRefusal.RESERVATION_TAKEN: "FAILED_PRECONDITION",
+    AllocateRefusal.BAD_RESERVATION: "FAILED_PRECONDITION",
 }
 
 

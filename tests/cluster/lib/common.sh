@@ -45,7 +45,7 @@ require_root() {
 
 # Packages the tier needs; installed only when absent.
 CLUSTER_PACKAGES=(
-    golang-go make dpkg-dev openssl
+    golang-go make dpkg-dev openssl rsync
     etcd-server containerd runc containernetworking-plugins
     iptables iproute2 util-linux procps
     debootstrap podman

@@ -2,11 +2,14 @@
 # Container images without a registry: a debootstrap minbase rootfs (cached) plus the
 # simulator's dcu-probe becomes the workload image, in podman's store and as a docker archive
 # that `up` imports into the cluster's containerd. The pause (sandbox) image is the same image
-# under a second name: one import instead of two of the same rootfs.
+# under a second name: one import instead of two of the same rootfs. The built kube-scheduler on
+# the same rootfs is the image of the second scheduler the device_plugin role deploys (a site
+# brings its own; the tier has no registry).
 # Sourced by cluster.sh after common.sh.
 
 PAUSE_IMAGE=localhost/hygon-dcu-pause:test
 WORKLOAD_IMAGE=localhost/hygon-dcu-workload:test
+SCHEDULER_IMAGE=localhost/hygon-dcu-kube-scheduler:test
 IMAGE_CACHE="$CLUSTER_CACHE/images"
 # Everything that decides the rootfs: changing it makes a new cache entry.
 ROOTFS_RECIPE="debootstrap --variant=minbase $DEBIAN_SUITE"
@@ -73,7 +76,7 @@ image_archive() {
     printf '%s\n' "$archive"
 }
 
-# Sets WORKLOAD_ARCHIVE.
+# Sets WORKLOAD_ARCHIVE and SCHEDULER_ARCHIVE.
 prepare_images() {
     mkdir -p "$IMAGE_CACHE"
     make -s -C "$REPO_DIR/tests/simulator" >/dev/null
@@ -85,6 +88,13 @@ prepare_images() {
     install -m 0755 "$REPO_DIR/tests/simulator/build/dcu-probe" "$extra/usr/local/bin/dcu-probe"
     # shellcheck disable=SC2034  # read by lib/up.sh
     WORKLOAD_ARCHIVE="$(image_archive "$WORKLOAD_IMAGE" "$rootfs" "$extra")"
+    rm -rf "$extra"
+    extra="$IMAGE_CACHE/scheduler-files"
+    rm -rf "$extra"
+    mkdir -p "$extra/usr/local/bin"
+    install -m 0755 "$BUILD_BIN/kube-scheduler" "$extra/usr/local/bin/kube-scheduler"
+    # shellcheck disable=SC2034  # read by lib/up.sh
+    SCHEDULER_ARCHIVE="$(image_archive "$SCHEDULER_IMAGE" "$rootfs" "$extra")"
     rm -rf "$extra"
     podman_cmd tag "$WORKLOAD_IMAGE" "$PAUSE_IMAGE"
 }

@@ -1,9 +1,16 @@
-"""A tiny HTTP stand-in for the Kubernetes API server: just the pod calls the plugin makes
-(get, merge-patch, list/watch), so the real `kubernetes` client and CLI can be exercised."""
+"""A tiny HTTP stand-in for the Kubernetes API server: just the calls the plugin makes (pods:
+get, merge-patch, list/watch; the geometry Lease: get, create, update with the API server's
+resourceVersion check), so the real `kubernetes` client and CLI can be exercised.
+
+Lease faults a real server shows only by chance: ``lease_status`` answers every Lease call
+with that HTTP status (an outage), ``lease_hold`` makes every Lease call wait until the event
+is set (a hung server), ``interfere`` makes that many GETs be followed by another writer's
+update (the next update from the reader then conflicts)."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +19,40 @@ from typing import Any
 
 from fake_kube import annotation_key_problem
 
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/"
+# metav1.MicroTime is parsed with Go's RFC3339Micro layout: exactly six fraction digits.
+MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)")
+_ANNOTATIONS_MAX = 256 * 1024  # the API server's limit on all annotations of an object
+
+
+def _status(code: int, reason: str, message: str = "") -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def lease_problem(lease: dict[str, Any]) -> str | None:
+    """What the API server's validation would refuse in a Lease body (the fields the plugin
+    writes), or None."""
+    spec = lease.get("spec") or {}
+    for key in ("renewTime", "acquireTime"):
+        value = spec.get(key)
+        if value is not None and not (isinstance(value, str) and MICRO_TIME.fullmatch(value)):
+            return f"spec.{key}: {value!r} is not a MicroTime (RFC3339 with 6 fraction digits)"
+    duration = spec.get("leaseDurationSeconds")
+    if duration is not None and (not isinstance(duration, int) or duration <= 0):
+        return f"spec.leaseDurationSeconds: {duration!r} must be a positive whole number"
+    annotations = (lease.get("metadata") or {}).get("annotations") or {}
+    if sum(len(k) + len(v) for k, v in annotations.items()) > _ANNOTATIONS_MAX:
+        return "metadata.annotations: Too long: must have at most 262144 bytes"
+    problems = [p for p in map(annotation_key_problem, annotations) if p]
+    return problems[0] if problems else None
+
 
 class FakeApiServer:
     def __init__(self) -> None:
@@ -19,6 +60,13 @@ class FakeApiServer:
         self.patches: list[tuple[str, dict[str, Any]]] = []
         self.lock = threading.Lock()
         self.list_calls = 0
+        self.leases: dict[str, dict[str, Any]] = {}  # "<namespace>/<name>" -> the stored Lease
+        # Every Lease call: (method, "<namespace>/<name>", status answered, body sent or None)
+        self.lease_calls: list[tuple[str, str, int, dict[str, Any] | None]] = []
+        self.lease_status: int | None = None
+        self.lease_hold: threading.Event | None = None
+        self.interfere = 0
+        self._version = 100
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,7 +85,40 @@ class FakeApiServer:
                     return f"{parts[3]}/{parts[5]}"
                 return None
 
+            def _lease_call(self, method: str) -> bool:
+                """Serve a Lease call; False when the path is not a Lease's."""
+                path = self.path.split("?")[0]
+                if not path.startswith(LEASES):
+                    return False
+                parts = path[len(LEASES) :].strip("/").split("/")
+                body = None
+                if method in ("POST", "PUT"):
+                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if len(parts) == 2 and parts[1] == "leases" and method == "POST":
+                    key = f"{parts[0]}/{(body or {}).get('metadata', {}).get('name', '')}"
+                elif len(parts) == 3 and parts[1] == "leases" and method in ("GET", "PUT"):
+                    key = f"{parts[0]}/{parts[2]}"
+                else:
+                    self._reply(405, _status(405, "MethodNotAllowed"))
+                    return True
+                hold = server.lease_hold
+                if hold is not None:
+                    hold.wait(30)
+                code, answer = server.serve_lease(method, key, parts[0], body)
+                self._reply(code, answer)
+                return True
+
+            def do_POST(self) -> None:
+                if not self._lease_call("POST"):
+                    self._reply(404, _status(404, "NotFound"))
+
+            def do_PUT(self) -> None:
+                if not self._lease_call("PUT"):
+                    self._reply(404, _status(404, "NotFound"))
+
             def do_GET(self) -> None:
+                if self._lease_call("GET"):
+                    return
                 key = self._pod_key()
                 if key is not None:
                     with server.lock:
@@ -115,6 +196,71 @@ class FakeApiServer:
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+
+    def serve_lease(
+        self, method: str, key: str, namespace: str, body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            code, answer = self._lease(method, key, namespace, body)
+            self.lease_calls.append((method, key, code, body))
+        return code, answer
+
+    def _lease(
+        self, method: str, key: str, namespace: str, body: dict[str, Any] | None
+    ) -> tuple[int, dict[str, Any]]:
+        if self.lease_status is not None:
+            return self.lease_status, _status(self.lease_status, "ServiceUnavailable")
+        stored = self.leases.get(key)
+        if method == "GET":
+            if stored is None:
+                return 404, _status(404, "NotFound", f'leases "{key}" not found')
+            answer = json.loads(json.dumps(stored))
+            if self.interfere:
+                self.interfere -= 1
+                self._bump(stored)
+            return 200, answer
+        assert body is not None
+        meta = body.get("metadata") or {}
+        if meta.get("namespace") not in (None, namespace) or not meta.get("name"):
+            return 400, _status(400, "BadRequest", "metadata.namespace/name do not match the URL")
+        problem = lease_problem(body)
+        if problem:
+            return 422, _status(422, "Invalid", problem)
+        if method == "POST":
+            if stored is not None:
+                return 409, _status(409, "AlreadyExists", f'leases "{key}" already exists')
+            meta = {**meta, "namespace": namespace, "uid": f"lease-{len(self.leases)}"}
+            meta.pop("resourceVersion", None)
+        else:
+            if stored is None:
+                return 404, _status(404, "NotFound", f'leases "{key}" not found')
+            version = meta.get("resourceVersion")
+            # The plugin always sends one; a real server would take none as unconditional.
+            if version != stored["metadata"]["resourceVersion"]:
+                return 409, _status(409, "Conflict", "the object has been modified")
+            meta = {**meta, "uid": stored["metadata"]["uid"]}
+        lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **body, "metadata": meta}
+        self._bump(lease)
+        self.leases[key] = lease
+        return 201 if method == "POST" else 200, json.loads(json.dumps(lease))
+
+    def _bump(self, lease: dict[str, Any]) -> None:
+        self._version += 1
+        lease["metadata"]["resourceVersion"] = str(self._version)
+
+    def lease_writes(self) -> list[tuple[str, dict[str, Any]]]:
+        """The creates and updates the server accepted, in order: (method, body)."""
+        with self.lock:
+            return [
+                (method, body)
+                for method, _key, code, body in self.lease_calls
+                if method != "GET" and code in (200, 201) and body is not None
+            ]
+
+    def lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            stored = self.leases.get(f"{namespace}/{name}")
+            return None if stored is None else json.loads(json.dumps(stored))
 
     def start(self) -> None:
         self.thread.start()

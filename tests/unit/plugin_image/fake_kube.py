@@ -61,6 +61,7 @@ class FakeKube:
         phase: str = "Pending",
         created: float | None = None,
         uid: str | None = None,
+        annotations: dict[str, str] | None = None,
     ) -> Pod:
         pod = Pod(
             namespace=namespace,
@@ -72,6 +73,9 @@ class FakeKube:
             init_containers=tuple(
                 ContainerSpec(n, lim) for n, lim in (init_containers or {}).items()
             ),
+            # What the pod carries when it is read (e.g. the extender's reservation); what the
+            # plugin itself writes goes to self.annotations.
+            annotations=dict(annotations or {}),
         )
         self._set(pod)
         return pod

@@ -142,11 +142,13 @@ class Harness:
         sim: simnode.SimNode,
         state: Path,
         checkpoint: Callable[[str], None] | None = None,
+        kube: FakeKube | None = None,
         **settings: object,
     ) -> None:
         self.sim = sim
         self.state = state
-        self.kube = FakeKube()
+        # A FakeKube subclass can add calls FakeKube lacks (the geometry Lease's).
+        self.kube = FakeKube() if kube is None else kube
         self.kubelet = KubeletView()
         self.settings = settings_for(sim, state, **settings)
         os.makedirs(self.settings.device_plugin_dir, exist_ok=True)

@@ -19,7 +19,10 @@ def parse(*argv: str) -> Settings:
     return settings_from(args)
 
 
-def test_defaults() -> None:
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Both are set when the tests themselves run in a pod.
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
     assert parse() == Settings()
 
 
@@ -33,6 +36,34 @@ def test_file_then_flags(tmp_path: Path) -> None:
 def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NODE_NAME", "gpu-7")
     assert parse().node_name == "gpu-7"
+
+
+def test_geometry_lease_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("POD_NAMESPACE", raising=False)
+    settings = parse()
+    assert settings.geometry_namespace is None  # no Lease (the runtime logs it)
+    assert (settings.geometry_renew_seconds, settings.geometry_lease_seconds) == (10.0, 40)
+
+
+def test_geometry_namespace_from_the_environment_then_file_then_flag(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POD_NAMESPACE", "hygon-dcu")
+    assert parse().geometry_namespace == "hygon-dcu"
+    conf = tmp_path / "c.yaml"
+    conf.write_text("geometry_namespace: from-file\n")
+    assert parse("--config", str(conf)).geometry_namespace == "from-file"
+    assert parse("--config", str(conf), "--geometry-namespace", "").geometry_namespace == ""
+    monkeypatch.setenv("POD_NAMESPACE", "")
+    assert parse().geometry_namespace is None
+
+
+def test_geometry_timing_from_file_and_flags(tmp_path: Path) -> None:
+    conf = tmp_path / "c.yaml"
+    conf.write_text("geometry_renew_seconds: 5\ngeometry_lease_seconds: 30\n")
+    settings = parse("--config", str(conf), "--geometry-lease-seconds", "25")
+    assert (settings.geometry_renew_seconds, settings.geometry_lease_seconds) == (5.0, 25)
+    assert isinstance(settings.geometry_lease_seconds, int)
 
 
 @pytest.mark.parametrize(
@@ -53,6 +84,22 @@ def test_node_name_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None
         ("health_address: ':70000'\n", "health_address: ':70000' must be HOST:PORT"),
         ("health_address: 'h:99999'\n", "port 1-65535"),
         ("delete_pods_with_lost_partitions: 'yes'\n", "must be true or false"),
+        ("geometry_namespace: Hygon_DCU\n", "geometry_namespace: 'Hygon_DCU' must be a DNS label"),
+        ("geometry_namespace: a.b\n", "geometry_namespace: 'a.b' must be a DNS label"),
+        (f"geometry_namespace: {'n' * 64}\n", "must be a DNS label"),
+        ("geometry_namespace: 7\n", "geometry_namespace: 7 must be a string"),
+        ("geometry_renew_seconds: 0.5\n", "geometry_renew_seconds: 0.5 must be a number from 1"),
+        ("geometry_renew_seconds: 301\n", "must be a number from 1 to 300"),
+        ("geometry_renew_seconds: .nan\n", "geometry_renew_seconds: nan must be a number"),
+        ("geometry_lease_seconds: 40.5\n", "geometry_lease_seconds: 40.5 is not a whole number"),
+        ("geometry_lease_seconds: '40'\n", "geometry_lease_seconds: '40' is not a whole number"),
+        ("geometry_lease_seconds: true\n", "geometry_lease_seconds: True is not a whole number"),
+        ("geometry_lease_seconds: 601\n", "geometry_lease_seconds: 601 must be a number from 2"),
+        ("geometry_lease_seconds: 10\n", "geometry_lease_seconds: 10 must exceed"),
+        (
+            "geometry_renew_seconds: 30\ngeometry_lease_seconds: 30\n",
+            "geometry_lease_seconds: 30 must exceed geometry_renew_seconds (30)",
+        ),
     ],
 )
 def test_bad_config_is_refused_with_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -69,6 +116,26 @@ def test_absurd_resync_flag_is_refused_naming_the_key(value: str) -> None:
         parse("--resync-seconds", value)
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--geometry-renew-seconds", "inf"], "^geometry_renew_seconds: inf must be a number"),
+        (["--geometry-renew-seconds", "0"], "^geometry_renew_seconds: 0.0 must be a number"),
+        (["--geometry-lease-seconds", "1"], "^geometry_lease_seconds: 1 must be a number from 2"),
+        (["--geometry-lease-seconds", "10"], "^geometry_lease_seconds: 10 must exceed"),
+        (["--geometry-namespace=-x"], "^geometry_namespace: '-x' must be a DNS label"),
+    ],
+)
+def test_absurd_geometry_flags_are_refused_naming_the_key(flags: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse(*flags)
+
+
+def test_a_fractional_lease_flag_is_refused_by_the_parser() -> None:
+    with pytest.raises(SystemExit):
+        parse("--geometry-lease-seconds", "40.5")
+
+
 def test_delete_pods_flag_and_key(tmp_path: Path) -> None:
     assert parse().delete_pods_with_lost_partitions is False
     assert parse("--delete-pods-with-lost-partitions", "true").delete_pods_with_lost_partitions
@@ -81,6 +148,9 @@ def test_help_states_the_bounds() -> None:
     result = run_cli("serve", "--help")
     assert "overrides resync_seconds (default 30, 0.1 to 3600)" in result.stdout
     assert "overrides grace_seconds (default 30, 0 to 3600)" in result.stdout
+    flowing = " ".join(result.stdout.split())  # argparse wraps at the terminal's width
+    assert "overrides geometry_renew_seconds (default 10, 1 to 300)" in flowing
+    assert "overrides geometry_lease_seconds (default 40, 2 to 600)" in flowing
 
 
 def test_missing_config_file(tmp_path: Path) -> None:

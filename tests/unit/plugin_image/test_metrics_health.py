@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hygon_dcu_plugin.health import HealthServer
-from hygon_dcu_plugin.kube import API_ACCESS, pod_from_api
+from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, pod_from_api
 from hygon_dcu_plugin.logs import JsonFormatter
 from hygon_dcu_plugin.metrics import Metrics
 from hygon_dcu_plugin.vocabulary import AllocateRefusal
@@ -84,6 +84,17 @@ def test_every_kubernetes_call_is_listed_for_rbac() -> None:
         ("", "pods", "delete"),
         ("", "events", "create"),
     }
+
+
+def test_the_geometry_lease_calls_are_listed_apart_for_a_namespaced_role() -> None:
+    # A Role in the plugin's namespace grants these; the ClusterRole (API_ACCESS) must not,
+    # or a plugin pod could rewrite every namespace's Leases (docs/dev/extender.md).
+    assert set(LEASE_ACCESS) == {
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    }
+    assert not {resource for _group, resource, _verb in API_ACCESS} & {"leases"}
 
 
 def test_pod_from_the_kubernetes_client() -> None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Profile
 from hygon_dcu_plugin.request import (
     NoPartitionRequest,
     ProfileRequest,
     Reason,
     RefusedRequest,
+    SizeRequest,
     WholeCardRequest,
     is_partition,
     parse_container,
@@ -21,6 +23,8 @@ P2G = F + ".mig-2g.15gb"
 P4G = F + ".mig-4g.31gb"
 WHOLE = "hygon.com/dcu"
 SLICED = "hygon.com/dcu.sliced"
+MEMORY = F + ".memory-mib"
+CU = F + ".compute-units"
 
 
 def _value_id(value: object) -> str:
@@ -96,6 +100,27 @@ def test_requests_without_a_partition(limits: dict[str, Any], verdict: object) -
             None,
             [Reason.QUANTITY_NOT_ONE, Reason.TWO_PROFILES],
         ),
+        # Requests by size.
+        ({F: "1", P2G: "1", MEMORY: "1"}, None, [Reason.SIZE_WITH_PROFILE]),
+        ({F: "1", CU: "8"}, None, [Reason.COMPUTE_UNITS_WITHOUT_MEMORY]),
+        ({MEMORY: "1"}, None, [Reason.PROFILE_WITHOUT_FAMILY]),
+        ({F: "1", MEMORY: "0"}, None, [Reason.SIZE_OUT_OF_RANGE]),
+        ({F: "1", MEMORY: "16777217"}, None, [Reason.SIZE_OUT_OF_RANGE]),
+        ({F: "1", MEMORY: "17Mi"}, None, [Reason.SIZE_OUT_OF_RANGE]),
+        ({F: "1", MEMORY: "1", CU: "4097"}, None, [Reason.SIZE_OUT_OF_RANGE]),
+        ({F: "1", MEMORY: "1.5"}, None, [Reason.QUANTITY_NOT_WHOLE]),
+        ({F: "2", MEMORY: "1"}, None, [Reason.QUANTITY_NOT_ONE]),
+        ({F: "1", MEMORY: "1"}, {MEMORY: "2"}, [Reason.REQUESTS_LIMITS_DISAGREE]),
+        ({F: "1", MEMORY: "1"}, {CU: "2"}, [Reason.REQUESTS_WITHOUT_LIMITS]),
+        (
+            {F: "1", P2G: "1", CU: "0"},
+            None,
+            [
+                Reason.SIZE_OUT_OF_RANGE,
+                Reason.SIZE_WITH_PROFILE,
+                Reason.COMPUTE_UNITS_WITHOUT_MEMORY,
+            ],
+        ),
     ],
 )
 def test_reasons(
@@ -104,6 +129,64 @@ def test_reasons(
     verdict = _refused(limits, requests)
     assert [violation.reason for violation in verdict.violations] == reasons
     assert verdict.reason is reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("limits", "requests", "verdict"),
+    [
+        ({F: "1", MEMORY: "16384"}, None, SizeRequest(16384)),
+        ({F: "1", MEMORY: "16Ki", "cpu": "2"}, None, SizeRequest(16384)),
+        ({F: 1, MEMORY: 1, CU: 1}, None, SizeRequest(1, 1)),
+        ({F: "1", MEMORY: "16777216", CU: "4096"}, None, SizeRequest(16777216, 4096)),
+        (
+            {F: "1", MEMORY: "2000", CU: "30"},
+            {F: "1", MEMORY: "2000", CU: "30"},
+            SizeRequest(2000, 30),
+        ),
+    ],
+)
+def test_a_size(
+    limits: dict[str, Any], requests: dict[str, Any] | None, verdict: SizeRequest
+) -> None:
+    assert parse_container("main", limits, requests) == verdict
+
+
+def _profile(name: str, slices: int, memory: int, cu: int) -> Profile:
+    return Profile(0, name, slices, cu, memory, 1, ())
+
+
+def test_the_smallest_covering_profile_comes_first() -> None:
+    small = _profile("a", 1, 1000, 10)
+    # As many slices as small but more memory; more slices than small, less memory than wide.
+    rich = _profile("b", 1, 3000, 10)
+    wide = _profile("c", 2, 2000, 40)
+    twin = _profile("d", 2, 2000, 40)
+    table = [twin, wide, rich, small]
+    assert SizeRequest(1).smallest(table) == [small, rich, wide, twin]
+    assert SizeRequest(1000).smallest(table) == [small, rich, wide, twin]
+    assert SizeRequest(1001).smallest(table) == [rich, wide, twin]
+    assert SizeRequest(2001).smallest(table) == [rich]
+    assert SizeRequest(1, 11).smallest(table) == [wide, twin]
+    assert SizeRequest(3000, 11).smallest(table) == []
+    assert SizeRequest(1, 40).covers(wide) and not SizeRequest(1, 41).covers(wide)
+
+
+def test_size_messages_name_the_unit() -> None:
+    # The fix for a size is a size, not "set it to 1" as for the family and the profiles.
+    for limits, requests, unit in (
+        ({F: "1", MEMORY: "1.5"}, None, "MiB"),
+        ({F: "1", MEMORY: "lots"}, None, "MiB"),
+        ({F: "1", MEMORY: "1", CU: "0.5"}, None, "compute units"),
+        ({F: "1", MEMORY: "1", CU: "0"}, None, "compute units"),
+        ({F: "1", MEMORY: "0"}, None, "MiB"),
+        ({F: "1", MEMORY: "1"}, {MEMORY: "2"}, "same size"),
+    ):
+        (violation,) = _refused(limits, requests).violations
+        assert "set it to 1" not in violation.message
+        assert "set both to 1" not in violation.message
+        assert unit in violation.message, violation.message
+    assert SizeRequest(2048, 16).describe() == "2048 MiB and 16 compute units"
+    assert SizeRequest(2048).describe() == "2048 MiB"
 
 
 def test_message_is_the_verdict_and_a_count_of_the_rest() -> None:
@@ -146,7 +229,14 @@ def test_messages_name_the_container_and_the_fix() -> None:
     ids=_value_id,
 )
 def test_any_value_is_a_verdict_not_an_exception(value: object) -> None:
-    for limits in ({F: value, P2G: "1"}, {F: "1", P2G: value}, {F: value}, {WHOLE: value}):
+    for limits in (
+        {F: value, P2G: "1"},
+        {F: "1", P2G: value},
+        {F: value},
+        {WHOLE: value},
+        {F: "1", MEMORY: value},
+        {F: "1", MEMORY: "1", CU: value},
+    ):
         verdict = parse_container("main", limits, {F: value})
         if isinstance(verdict, RefusedRequest):
             assert all(len(violation.message) < 600 for violation in verdict.violations)

@@ -6,9 +6,9 @@ import re
 
 import grpc
 import pytest
-from hygon_dcu_plugin.allocator import profile_for
+from hygon_dcu_plugin.allocator import request_for
 from hygon_dcu_plugin.kube import ContainerSpec
-from hygon_dcu_plugin.request import Reason
+from hygon_dcu_plugin.request import ProfileRequest, Reason
 from hygon_dcu_plugin.vocabulary import AllocateRefusal, RequestRefused, socket_name
 
 F = "hygon.com/dcu.partitioned"
@@ -16,13 +16,13 @@ P2G = F + ".mig-2g.15gb"
 
 
 def test_one_profile() -> None:
-    assert profile_for(ContainerSpec("c", {F: "1", P2G: "1"})) == "2g.15gb"
+    assert request_for(ContainerSpec("c", {F: "1", P2G: "1"})) == ProfileRequest("2g.15gb")
 
 
 @pytest.mark.parametrize("one", ["1", "01", "1.0", "1000m", "1e0", "+1", " 1 "])
 def test_every_spelling_of_one_is_one(one: str) -> None:
     # The same reading as the webhook's (request.parse_container), not a stricter one.
-    assert profile_for(ContainerSpec("c", {F: one, P2G: one})) == "2g.15gb"
+    assert request_for(ContainerSpec("c", {F: one, P2G: one})) == ProfileRequest("2g.15gb")
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_refusals_name_the_fix(
     limits: dict[str, str], label: str, reason: Reason, text: str
 ) -> None:
     with pytest.raises(RequestRefused) as refused:
-        profile_for(ContainerSpec("main", limits))
+        request_for(ContainerSpec("main", limits))
     # The metric label (and gRPC code) keeps the allocator's older names; the request reason
     # is the webhook's.
     assert refused.value.reason == label
@@ -66,7 +66,7 @@ def test_refusals_name_the_fix(
 
 def test_a_container_without_partition_is_not_served() -> None:
     with pytest.raises(RequestRefused) as refused:
-        profile_for(ContainerSpec("main", {"cpu": "1"}))
+        request_for(ContainerSpec("main", {"cpu": "1"}))
     assert refused.value.reason == "bad_request"
     assert refused.value.request_reason is None
     assert "requests no partition" in str(refused.value)
@@ -74,7 +74,7 @@ def test_a_container_without_partition_is_not_served() -> None:
 
 def test_other_problems_are_counted_in_the_message() -> None:
     with pytest.raises(RequestRefused) as refused:
-        profile_for(ContainerSpec("main", {F: "1e9999"}))
+        request_for(ContainerSpec("main", {F: "1e9999"}))
     assert refused.value.request_reason is Reason.QUANTITY_NOT_WHOLE
     assert str(refused.value).endswith("(and 1 more problem in its resources)")
 
@@ -89,7 +89,7 @@ def test_socket_names_are_distinct_per_resource() -> None:
 def test_odd_quantities_are_refused_not_raised(quantity: str) -> None:
     # A pod created while the webhook was down can carry any string the API server accepted.
     with pytest.raises(RequestRefused) as refused:
-        profile_for(ContainerSpec("main", {F: quantity, P2G: "1"}))
+        request_for(ContainerSpec("main", {F: quantity, P2G: "1"}))
     assert refused.value.reason == "bad_request"
     assert refused.value.request_reason is Reason.QUANTITY_NOT_WHOLE
     assert len(str(refused.value)) < 300
@@ -110,6 +110,8 @@ def test_allocate_refusals_keep_their_labels_and_grpc_codes() -> None:
         "stale_grant": "FAILED_PRECONDITION",
         "card_unhealthy": "FAILED_PRECONDITION",
         "poisoned_registry": "FAILED_PRECONDITION",
+        "reservation_taken": "FAILED_PRECONDITION",
+        "bad_reservation": "FAILED_PRECONDITION",
     }
     for refusal in AllocateRefusal:
         assert re.fullmatch(r"\w+", refusal.value)

@@ -4,7 +4,8 @@ For every role: each default has an argument-spec entry with the same default, e
 that is not required has that default, and the spec never disagrees between entry points.
 Where docs list a role's inputs in a table (``| variable | default | meaning |``), the table
 names every public input with the same default and nothing that is not an input of the role or
-its playbooks.
+its playbooks. A table of one feature's inputs (PARTIAL_TABLES) names every input of the role
+whose name starts with one of the feature's prefixes, and only inputs of the role.
 """
 
 from __future__ import annotations
@@ -23,6 +24,13 @@ ROLES = sorted(path.parent.parent.name for path in REPO.glob("roles/*/meta/argum
 TABLES = {
     "mig_node": REPO / "docs" / "operating.md",
     "fleet_report": REPO / "docs" / "report.md",
+}
+# Tables of one feature's inputs: document -> (role, the prefixes of the inputs it lists).
+PARTIAL_TABLES = {
+    REPO / "docs" / "extender.md": (
+        "device_plugin",
+        ("hygon_dcu_device_plugin_extender_", "hygon_dcu_device_plugin_scheduler_"),
+    ),
 }
 TABLE_HEADER = re.compile(r"^\|\s*variable\s*\|\s*default\s*\|", re.M)
 NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
@@ -91,6 +99,17 @@ def test_defaults_and_the_argument_spec_agree(role: str) -> None:
             assert name in defaults, f"{role}: option {name} has no default in defaults/main.yml"
 
 
+def check_default(path: Path, name: str, cell: str, option: dict[str, Any]) -> None:
+    literal = LITERAL.match(cell)
+    if literal:
+        assert yaml.safe_load(literal.group(1)) == option["default"], (
+            f"{path.name}: {name} defaults to {cell} there, to {option['default']!r} in the role"
+        )
+    else:
+        # Only a templated default is described in words (e.g. "inventory name").
+        assert "{{" in str(option["default"]), f"{path.name}: {name}: {cell}"
+
+
 @pytest.mark.parametrize("role", sorted(TABLES))
 def test_the_inputs_table_lists_every_input_with_its_default(role: str) -> None:
     options = spec_options(role)
@@ -104,20 +123,23 @@ def test_the_inputs_table_lists_every_input_with_its_default(role: str) -> None:
             assert f"`{name}`" in readme or name in readme, f"{role}: README misses {name}"
             continue
         assert name in listed, f"{TABLES[role].name} misses {role}'s input {name}"
-        cell = listed[name]
-        literal = LITERAL.match(cell)
-        if literal:
-            assert yaml.safe_load(literal.group(1)) == option["default"], (
-                f"{TABLES[role].name}: {name} defaults to {cell} there, "
-                f"to {option['default']!r} in the role"
-            )
-        else:
-            # Only a templated default is described in words (e.g. "inventory name").
-            assert "{{" in str(option["default"]), f"{TABLES[role].name}: {name}: {cell}"
+        check_default(TABLES[role], name, listed[name], option)
     for name in listed:
         assert name in options or re.search(rf"\b{name}\b", playbooks), (
             f"{TABLES[role].name} lists {name}, which neither {role} nor a playbook reads"
         )
+
+
+@pytest.mark.parametrize("path", sorted(PARTIAL_TABLES), ids=lambda path: path.name)
+def test_a_features_table_lists_its_inputs_with_their_defaults(path: Path) -> None:
+    role, prefixes = PARTIAL_TABLES[path]
+    options = spec_options(role)
+    listed = {name: default for names, default in table_rows(path) for name in names}
+    wanted = {name for name in options if name.startswith(prefixes)}
+    assert wanted, f"no input of {role} starts with {prefixes}: the table checks nothing"
+    assert set(listed) == wanted, f"{path.name} lists {sorted(listed)}, {role} has {sorted(wanted)}"
+    for name in wanted:
+        check_default(path, name, listed[name], options[name])
 
 
 def test_every_inputs_table_is_checked() -> None:
@@ -125,4 +147,4 @@ def test_every_inputs_table_is_checked() -> None:
     with_table = {
         path for path in documents if path.is_file() and TABLE_HEADER.search(path.read_text())
     }
-    assert with_table == set(TABLES.values())
+    assert with_table == set(TABLES.values()) | set(PARTIAL_TABLES)

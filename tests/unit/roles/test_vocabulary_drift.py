@@ -83,9 +83,24 @@ def scanned_files() -> list[Path]:
     return sorted(path for top in SCANNED for path in top.rglob("*") if path.is_file())
 
 
+def domains_of(names: dict[str, str]) -> set[str]:
+    """The domains of the prefixed names, and the historic one."""
+    return {HISTORIC_DOMAIN} | {value.split("/", 1)[0] for value in names.values() if "/" in value}
+
+
+def object_name_pattern(names: dict[str, str]) -> re.Pattern[str]:
+    """A name without a domain (an object's name, such as the second scheduler's), on its own:
+    not inside a longer word or a path."""
+    plain = sorted(value for value in names.values() if "/" not in value)
+    assert plain, "no object name in the vocabulary: this pattern checks nothing"
+    return re.compile(
+        "(?<![A-Za-z0-9/-])(?:" + "|".join(re.escape(value) for value in plain) + ")(?![A-Za-z0-9])"
+    )
+
+
 def literal_pattern(names: dict[str, str]) -> re.Pattern[str]:
     """A name's domain and "/", also with the dots escaped as in a regular expression."""
-    domains = {HISTORIC_DOMAIN} | {value.split("/", 1)[0] for value in names.values()}
+    domains = domains_of(names)
     return re.compile(
         "|".join(re.escape(domain).replace(r"\.", r"\\?\.") + "/" for domain in sorted(domains))
     )
@@ -124,6 +139,18 @@ def test_no_role_or_playbook_spells_a_product_name(names: dict[str, str]) -> Non
     assert not found, "use the generated vocabulary instead:\n" + "\n".join(found)
 
 
+def test_no_role_or_playbook_spells_a_products_object_name(names: dict[str, str]) -> None:
+    pattern = object_name_pattern(names)
+    found = []
+    for path in scanned_files():
+        if relative(path) in GENERATED | DOCUMENTED:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if pattern.search(line):
+                found.append(f"{relative(path)}:{number}: {line.strip()}")
+    assert not found, "use the generated vocabulary instead:\n" + "\n".join(found)
+
+
 def known(token: str, values: set[str]) -> bool:
     """A name, a name ending a sentence, or a name after a prefix (profile, annotation key)."""
     if token in values or token.rstrip(".") in values:
@@ -134,7 +161,7 @@ def known(token: str, values: set[str]) -> bool:
 
 def test_documented_names_exist_in_the_definitions(names: dict[str, str]) -> None:
     values = set(names.values())
-    domains = {value.split("/", 1)[0] for value in values} | {HISTORIC_DOMAIN}
+    domains = domains_of(names)
     token = re.compile(
         "(?<![A-Za-z0-9.-])(?:"
         + "|".join(re.escape(domain) for domain in sorted(domains))

@@ -13,7 +13,7 @@ from typing import Any
 
 from hygon_dcu_plugin.request import Reason, Violation
 from hygon_dcu_plugin.webhook import bounded_json
-from hygon_dcu_plugin.webhook.rules import find_violations
+from hygon_dcu_plugin.webhook.rules import Offered, find_violations
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -91,8 +91,9 @@ def parse_body(body: bytes, max_cost: int) -> Mapping[str, Any]:
     return document
 
 
-def decide(review: Mapping[str, Any]) -> Decision:
-    """Check the request of one AdmissionReview and decide it."""
+def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
+    """Check the request of one AdmissionReview and decide it; ``offered`` is what the nodes
+    publish (``rules.check_pod``)."""
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         raise BadReview(
             "wrong-kind",
@@ -130,7 +131,7 @@ def decide(review: Mapping[str, Any]) -> Decision:
         metadata = pod.get("metadata")
         if isinstance(metadata, Mapping):
             name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
-    findings = find_violations(pod, KEPT_VIOLATIONS)
+    findings = find_violations(pod, KEPT_VIOLATIONS, offered)
     return Decision(
         uid,
         findings.total == 0,

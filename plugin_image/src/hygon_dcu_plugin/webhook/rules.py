@@ -17,6 +17,9 @@ the rules about where a container sits in its pod, where Kubernetes leaves room:
   ``hygon.com/`` resource on one is refused here too in case it ever gets that far.
 - A whole card (or ``hygon.com/dcu.sliced``) anywhere in a pod where a container holds a
   partition is refused: the pod could never be scheduled.
+- A request by size that no profile any node publishes can cover (``offered``, from the
+  geometry Leases: ``webhook/offered.py``) is refused: it could never be placed. Without that
+  evidence (``offered`` None or empty) the size is not checked against the nodes.
 
 Whatever the pod, the work is linear in its size and every message is bounded: names and
 values are shortened, lists of names are cut with a count of the rest, and
@@ -25,7 +28,7 @@ values are shortened, lists of names are cut with a count of the rest, and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -33,6 +36,8 @@ from typing import Any
 from hygon_dcu_plugin.request import (
     Reason,
     RefusedRequest,
+    SizedProfile,
+    SizeRequest,
     Violation,
     is_partition,
     mixed_with_partitions,
@@ -85,17 +90,20 @@ class _MalformedPod(ValueError):
     pass
 
 
-def check_pod(pod: Mapping[str, Any]) -> list[Violation]:
+Offered = Sequence[SizedProfile] | None
+
+
+def check_pod(pod: Mapping[str, Any], offered: Offered = None) -> list[Violation]:
     """Every rule the pod breaks, in spec order; an empty list admits the pod."""
-    return list(_violations(pod))
+    return list(_violations(pod, offered))
 
 
-def find_violations(pod: Mapping[str, Any], keep: int) -> Findings:
+def find_violations(pod: Mapping[str, Any], keep: int, offered: Offered = None) -> Findings:
     """The first ``keep`` violations of ``check_pod``, without holding the others."""
     kept: list[Violation] = []
     total = 0
     rules: set[Reason] = set()
-    for violation in _violations(pod):
+    for violation in _violations(pod, offered):
         total += 1
         rules.add(violation.reason)
         if len(kept) < keep:
@@ -103,7 +111,7 @@ def find_violations(pod: Mapping[str, Any], keep: int) -> Findings:
     return Findings(kept, total, frozenset(rules))
 
 
-def _violations(pod: Mapping[str, Any]) -> Iterator[Violation]:
+def _violations(pod: Mapping[str, Any], offered: Offered) -> Iterator[Violation]:
     # Walk the containers three times instead of holding them: once to check the shape and
     # find the partitioned ones, once for each container's own rules, once for mixing.
     partitioned: list[str] = []
@@ -118,14 +126,14 @@ def _violations(pod: Mapping[str, Any]) -> Iterator[Violation]:
         yield Violation(Reason.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
         return
     for container in _containers(pod):
-        yield from _check_container(container)
+        yield from _check_container(container, offered)
     if partitioned_count:
         holders = listing(partitioned, partitioned_count)
         for container in _containers(pod):
             yield from _check_mixing(container, holders)
 
 
-def _check_container(container: _Container) -> Iterator[Violation]:
+def _check_container(container: _Container, offered: Offered) -> Iterator[Violation]:
     vendor = container.vendor_resources()
     if container.kind is _Kind.EPHEMERAL:
         if vendor:
@@ -161,6 +169,15 @@ def _check_container(container: _Container) -> Iterator[Violation]:
     request = parse_container(container.name, container.limits, container.requests)
     if isinstance(request, RefusedRequest):
         yield from request.violations
+    elif isinstance(request, SizeRequest) and offered and not request.smallest(offered):
+        largest = max(offered, key=lambda p: (p.memory_mib, p.cu_count))
+        yield Violation(
+            Reason.SIZE_NOT_OFFERED,
+            container.name,
+            f"{container.label} requests a partition of at least {request.describe()}, which "
+            f"no node offers (the largest profile: {largest.name} with {largest.memory_mib} "
+            f"MiB and {largest.cu_count} compute units); request a smaller size",
+        )
 
 
 def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:

@@ -31,10 +31,11 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.webhook import malloc_tuning
@@ -47,7 +48,11 @@ from hygon_dcu_plugin.webhook.reader import (
     RequestDeadlineExceeded,
 )
 from hygon_dcu_plugin.webhook.review import BadReview, BodyTooCostly, decide, parse_body
+from hygon_dcu_plugin.webhook.rules import Offered
 from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
+
+if TYPE_CHECKING:
+    from hygon_dcu_plugin.webhook.offered import OfferedProfiles
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +95,13 @@ class AdmissionServer(ThreadingHTTPServer):
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         parse_budget: int = DEFAULT_PARSE_BUDGET,
         request_timeout: float = REQUEST_TIMEOUT,
+        offered: Callable[[], Offered] = lambda: None,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         self.certificates = certificates
         self.metrics = metrics
+        self.offered = offered  # the profiles the nodes publish, or None (webhook/offered.py)
         self.max_body = max_body
         self.connection_timeout = connection_timeout
         self.request_timeout = request_timeout
@@ -108,7 +115,7 @@ class AdmissionServer(ThreadingHTTPServer):
         # Set on SIGTERM: /healthz fails so the endpoint is taken out of the Service, while
         # reviews are still answered until the shutdown delay is over.
         self.draining = threading.Event()
-        super().__init__(address, AdmissionHandler)
+        super().__init__(address, self.handler())
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # Runs in the accept loop: a connection over the cap is closed at once, unread, so the
@@ -126,6 +133,10 @@ class AdmissionServer(ThreadingHTTPServer):
         except BaseException:
             self._connection_slots.release()
             raise
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        """The request handler; a server serving other paths (the extender) overrides it."""
+        return AdmissionHandler
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -151,7 +162,7 @@ class AdmissionServer(ThreadingHTTPServer):
             return
         connection.settimeout(self.connection_timeout)
         try:
-            AdmissionHandler(connection, client_address, self)
+            self.handler()(connection, client_address, self)
         finally:
             _close_gently(connection)
 
@@ -306,7 +317,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self._busy("the webhook is busy checking other pods; retry")
             return
         try:
-            decision = decide(parse_body(body, self.server.parse_budget))
+            decision = decide(parse_body(body, self.server.parse_budget), self.server.offered())
         except BodyTooCostly as error:
             self.close_connection = True
             self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error.reason, error.message)
@@ -529,6 +540,13 @@ def build_parser() -> argparse.ArgumentParser:
         "server stops sending before the port closes; a second signal stops at once",
     )
     parser.add_argument(
+        "--geometry-namespace",
+        default="",
+        help="the device plugins' namespace: read the geometry Leases there and refuse sizes "
+        "no node offers (needs list on leases there); empty: no such check",
+    )
+    parser.add_argument("--geometry-refresh-seconds", type=float, default=30.0)
+    parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     return parser
@@ -543,6 +561,7 @@ def serve(
     max_body: int = DEFAULT_MAX_BODY,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     request_timeout: float = REQUEST_TIMEOUT,
+    offered: Callable[[], Offered] = lambda: None,
 ) -> AdmissionServer:
     """Bind the server (port 0 picks a free one); the caller runs ``serve_forever``."""
     metrics = Metrics()
@@ -554,6 +573,7 @@ def serve(
         max_body=max_body,
         max_connections=max_connections,
         request_timeout=request_timeout,
+        offered=offered,
     )
 
 
@@ -565,6 +585,21 @@ def main(argv: list[str]) -> int:
     logs.setup(options.log_level)
     if not malloc_tuning.tune():
         log.warning("malloc_not_tuned", extra={"detail": "no glibc mallopt; memory may grow"})
+    offered: OfferedProfiles | None = None
+    if options.geometry_namespace:
+        # Loaded only when asked: the geometry reader brings the node layer and the client.
+        from hygon_dcu_plugin.vocabulary import GEOMETRY_SELECTOR  # noqa: PLC0415
+        from hygon_dcu_plugin.webhook.offered import (  # noqa: PLC0415
+            OfferedProfiles,
+            lease_lister,
+        )
+
+        offered = OfferedProfiles(
+            lease_lister(options.geometry_namespace, GEOMETRY_SELECTOR),
+            refresh_seconds=options.geometry_refresh_seconds,
+            fresh_seconds=4 * options.geometry_refresh_seconds,
+        )
+        offered.start()
     try:
         server = serve(
             options.address,
@@ -573,6 +608,7 @@ def main(argv: list[str]) -> int:
             options.key_file,
             max_body=options.max_body_bytes,
             max_connections=options.max_connections,
+            offered=offered.profiles if offered is not None else lambda: None,
         )
     except CertificateError as error:
         log.error("startup_failed", extra={"error": str(error)})

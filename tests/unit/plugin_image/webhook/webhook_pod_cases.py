@@ -19,6 +19,8 @@ P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 P4G = "hygon.com/dcu.partitioned.mig-4g.31gb"
 WHOLE = "hygon.com/dcu"
 SLICED = "hygon.com/dcu.sliced"
+MEMORY_MIB = FAMILY + ".memory-mib"
+COMPUTE_UNITS = FAMILY + ".compute-units"
 PARTITION = {FAMILY: "1", P2G: "1"}
 
 
@@ -217,6 +219,26 @@ CASES: list[Case] = [
         "empty-profile-name",
         pod(container("train", {FAMILY: "1", FAMILY + ".mig-": "1"})),
         [(Reason.UNKNOWN_PARTITION_RESOURCE, "train"), (Reason.FAMILY_WITHOUT_PROFILE, "train")],
+    ),
+    Case(
+        "size-admitted",
+        pod(container("train", {FAMILY: "1", MEMORY_MIB: "16384", COMPUTE_UNITS: "20"})),
+        [],
+    ),
+    Case(
+        "size-next-to-a-profile",
+        pod(container("train", {**PARTITION, MEMORY_MIB: "16384"})),
+        [(Reason.SIZE_WITH_PROFILE, "train")],
+    ),
+    Case(
+        "size-of-zero-mib",
+        pod(container("train", {FAMILY: "1", MEMORY_MIB: "0"})),
+        [(Reason.SIZE_OUT_OF_RANGE, "train")],
+    ),
+    Case(
+        "compute-units-without-memory",
+        pod(container("train", {FAMILY: "1", COMPUTE_UNITS: "20"})),
+        [(Reason.COMPUTE_UNITS_WITHOUT_MEMORY, "train")],
     ),
     Case(
         "two-containers-each-wrong",

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,6 +12,22 @@ from .render import RoleRun, run_role
 def default_render(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
     """The role with its defaults, rendered once per session."""
     run = run_role(tmp_path_factory.mktemp("render") / "out")
+    assert run.returncode == 0, run.output
+    return run
+
+
+# A site's own kube-scheduler image (the role never picks one).
+SCHEDULER_IMAGE = "registry.example/kube-scheduler:v1.20.2"
+EXTENDER_ON: dict[str, Any] = {
+    "hygon_dcu_device_plugin_extender_enabled": True,
+    "hygon_dcu_device_plugin_scheduler_image": SCHEDULER_IMAGE,
+}
+
+
+@pytest.fixture(scope="session")
+def extender_render(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
+    """The role with the scheduler extender and the second scheduler, rendered once."""
+    run = run_role(tmp_path_factory.mktemp("render-extender") / "out", **EXTENDER_ON)
     assert run.returncode == 0, run.output
     return run
 

@@ -11,7 +11,7 @@ relies on:
   namespace does not exist (404) and, when the applied configuration changes nothing, answers
   with the stored object untouched (same resourceVersion) from 1.21 on; on 1.20 such an apply
   still rewrites managedFields and the resourceVersion, as measured on a real 1.20.2 server;
-- ``dryRun=All`` answers with what would be stored and stores nothing;
+- ``dryRun=All`` answers with what would be stored (or deleted) and stores (deletes) nothing;
 - before 1.28 an object carrying ``matchConditions`` is refused (500, "field not declared in
   schema"), as a 1.20 server does;
 - any other PATCH content type or a POST is refused (415 / 405): the role must not fall back to
@@ -65,6 +65,8 @@ BASE_RESOURCE_TYPES = (
     ResourceType(
         "rbac.authorization.k8s.io/v1", "clusterrolebindings", "ClusterRoleBinding", False
     ),
+    ResourceType("rbac.authorization.k8s.io/v1", "roles", "Role", True),
+    ResourceType("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding", True),
     ResourceType("v1", "pods", "Pod", True),
     ResourceType("v1", "events", "Event", True),
     ResourceType(
@@ -317,7 +319,7 @@ class FakeApiServer:
                 return 415, failure(415, "UnsupportedMediaType", f"{content_type} not served")
             return self._apply(resource_type, key, query, body)
         if method == "DELETE":
-            return self._delete(key, body)
+            return self._delete(key, body, dry_run=query.get("dryRun") == "All")
         return 405, failure(405, "MethodNotAllowed", f"{method} not served")
 
     def _apply(
@@ -401,9 +403,12 @@ class FakeApiServer:
             }
         ]
 
-    def _delete(self, key: Key, body: Any) -> tuple[int, Any]:
+    def _delete(self, key: Key, body: Any, *, dry_run: bool) -> tuple[int, Any]:
         if key not in self.objects:
             return 404, failure(404, "NotFound", f'"{key[2]}" not found')
+        if dry_run:
+            # what would be deleted; nothing is (check mode sends this)
+            return 200, copy.deepcopy(self.objects[key])
         deleted = self.objects.pop(key)
         self.events.append(f"delete {key[0]}/{key[2]}")
         if key[0] == "Namespace":

@@ -4,7 +4,8 @@ state absent) against fake_apiserver_ssa.FakeApiServer, an in-process API server
 One cluster (Kubernetes 1.30) serves the whole module, in order: install, install again,
 compare with render mode, remove. A 1.20 cluster, whose server rewrites managedFields on an
 apply that changes nothing, checks check mode, the objects 1.20 accepts and a second run. A
-cluster whose Deployment never rolls out checks the rollout wait and its report.
+cluster whose Deployment never rolls out checks the rollout wait and its report. Another one
+takes the scheduler extender: enabled, again, then disabled (which removes it).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from .conftest import EXTENDER_ON
 from .fake_apiserver_ssa import APPLY_PATCH, FakeApiServer, running, without_server_fields
 from .render import RoleRun, run_role
 
@@ -239,3 +241,71 @@ def test_kubernetes_1_20_check_mode_install_and_second_run(
     assert {key: obj["metadata"]["resourceVersion"] for key, obj in api_1_20.objects.items()} == (
         before
     )
+
+
+@pytest.fixture(scope="module")
+def api_extender() -> Iterator[FakeApiServer]:
+    api = FakeApiServer()
+    # the API server's own namespace: the scheduler's authentication-reader binding goes there
+    api.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "kube-system", "resourceVersion": "1"},
+        }
+    )
+    yield from running(api)
+
+
+def _extenders(keys: Any) -> set[tuple[str, str, str]]:
+    return {key for key in keys if key[2].startswith(("hygon-dcu-extender", "hygon-dcu-scheduler"))}
+
+
+def test_extender_is_applied_kept_and_removed_when_disabled(
+    api_extender: FakeApiServer, extender_render: RoleRun, tmp_path: Path
+) -> None:
+    api = api_extender
+    installed = _cluster_run(api, tmp_path, **EXTENDER_ON)
+    assert installed.returncode == 0, installed.output
+    rendered = [_key(obj) for obj in extender_render.objects()]
+    assert _extenders(api.objects) == _extenders(rendered)
+    # the pod last, once what it mounts and is granted exists, and waited for
+    assert api.events.index("apply Deployment/hygon-dcu-scheduler") > max(
+        api.events.index(f"apply {kind}/{name}")
+        for kind, _namespace, name in _extenders(rendered)
+        if kind != "Deployment"
+    )
+    assert "rolled out Deployment/hygon-dcu-scheduler" in api.events
+
+    before = {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
+    events = len(api.events)
+    second = _cluster_run(api, tmp_path, **EXTENDER_ON)
+    assert second.returncode == 0, second.output
+    assert second.changed == 0, second.output
+    assert api.events[events:] == []
+    assert {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()} == before
+
+    # disabled: check mode predicts the removal and deletes nothing ...
+    requests = len(api.requests)
+    predicted = _cluster_run(api, tmp_path, check=True)
+    assert predicted.returncode == 0, predicted.output
+    assert predicted.changed == 1, predicted.output  # the deletion task
+    writes = [r for r in api.requests[requests:] if r.method != "GET"]
+    assert [r for r in writes if r.query.get("dryRun") != "All"] == []
+    assert _extenders(api.objects) == _extenders(rendered)
+    # ... a run removes exactly the extender's objects, its pod first ...
+    others = {key: obj for key, obj in api.objects.items() if key not in _extenders(rendered)}
+    events = len(api.events)
+    disabled = _cluster_run(api, tmp_path)
+    assert disabled.returncode == 0, disabled.output
+    assert disabled.changed == predicted.changed, disabled.output
+    deleted = api.events[events:]
+    assert deleted[0] == "delete Deployment/hygon-dcu-scheduler"
+    assert sorted(deleted) == sorted(
+        f"delete {kind}/{name}" for kind, _namespace, name in _extenders(rendered)
+    )
+    assert api.objects == others
+    # ... and once they are gone, a disabled run changes nothing
+    again = _cluster_run(api, tmp_path)
+    assert again.returncode == 0, again.output
+    assert again.changed == 0, again.output

@@ -25,6 +25,9 @@ def test_renders_every_object_in_apply_order(default_render: RoleRun) -> None:
         ("ServiceAccount", "hygon-dcu-device-plugin"),
         ("ClusterRole", "hygon-dcu-device-plugin"),
         ("ClusterRoleBinding", "hygon-dcu-device-plugin"),
+        # its node's geometry Lease, in its own namespace (docs/dev/extender.md)
+        ("Role", "hygon-dcu-device-plugin"),
+        ("RoleBinding", "hygon-dcu-device-plugin"),
         ("ConfigMap", "hygon-dcu-device-plugin"),
         ("DaemonSet", "hygon-dcu-device-plugin"),
         ("Service", "hygon-dcu-device-plugin-metrics"),
@@ -103,6 +106,17 @@ def test_daemonset_mounts(default_render: RoleRun) -> None:
     }
     assert mounts == expected
     assert volumes["config"]["configMap"]["name"] == "hygon-dcu-device-plugin"
+
+
+def test_plugin_knows_its_namespace(default_render: RoleRun) -> None:
+    # the namespace of its geometry Lease, where its Role grants it Leases
+    (container,) = _pod_spec(default_render)["containers"]
+    (variable,) = [env for env in container["env"] if env["name"] == "POD_NAMESPACE"]
+    assert variable["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    role = default_render.find("Role", "hygon-dcu-device-plugin")
+    assert (
+        role["metadata"]["namespace"] == default_render.find("DaemonSet")["metadata"]["namespace"]
+    )
 
 
 def test_plugin_reads_the_configmap(default_render: RoleRun) -> None:

@@ -9,16 +9,14 @@ the cluster's Secret when applying).
 from __future__ import annotations
 
 import base64
-import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
+from .certificates import make_certificate
 from .render import RoleRun, run_role
 
 SERVICE_DNS = "hygon-dcu-admission.hygon-dcu-system.svc"
@@ -95,42 +93,8 @@ def test_renewal_keeps_trusting_the_previous_ca(render_dir: Path) -> None:
     assert x509.load_pem_x509_certificates(_ca_bundle(second)) == cas
 
 
-def _make_certificate() -> tuple[str, str, str]:
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=10))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, SERVICE_DNS)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=10))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(SERVICE_DNS)]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(pem).decode(), key_pem.decode(), ca.public_bytes(pem).decode()
-
-
 def test_supplied_certificate_is_used_as_given(render_dir: Path) -> None:
-    cert, key, ca = _make_certificate()
+    cert, key, ca = make_certificate(SERVICE_DNS)
     run = run_role(
         render_dir,
         hygon_dcu_device_plugin_webhook_tls_cert=cert,
@@ -146,7 +110,7 @@ def test_supplied_certificate_is_used_as_given(render_dir: Path) -> None:
 
 
 def test_partial_certificate_is_refused(render_dir: Path) -> None:
-    cert = _make_certificate()[0]
+    cert = make_certificate(SERVICE_DNS)[0]
     run = run_role(render_dir, hygon_dcu_device_plugin_webhook_tls_cert=cert)
     assert run.returncode != 0
     assert "go together: set all three" in run.output
@@ -197,7 +161,16 @@ def test_absent_removes_the_webhook_configuration_first(render_dir: Path) -> Non
     assert run.returncode == 0, run.output
     removal = yaml.safe_load((render_dir / "removal.yaml").read_text())
     order = [(item["kind"], item["name"]) for item in removal]
-    assert order[0] == ("ValidatingWebhookConfiguration", "hygon-dcu-admission")
+    # only the second scheduler and the extender go before it (test_extender.py)
+    first = order.index(("ValidatingWebhookConfiguration", "hygon-dcu-admission"))
+    assert {name for _kind, name in order[:first]} <= {
+        "hygon-dcu-scheduler",
+        "hygon-dcu-scheduler-as-kube-scheduler",
+        "hygon-dcu-scheduler-as-volume-scheduler",
+        "hygon-dcu-scheduler-authentication-reader",
+        "hygon-dcu-extender",
+        "hygon-dcu-extender-tls",
+    }
     assert order[-1] == ("Namespace", "hygon-dcu-system")
     assert order.index(("Deployment", "hygon-dcu-admission")) < order.index(
         ("Secret", "hygon-dcu-admission-tls")

@@ -3,7 +3,6 @@ and the webhook's scope where the server has no matchConditions."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,43 +12,9 @@ import yaml
 
 from .conftest import RENDERED_VERSIONS
 from .render import RoleRun, run_role
+from .schema_1_20 import fields_missing_in_1_20
 
-# Kubernetes v1.20.2's api/openapi-spec/swagger.json, cut to the definitions of the kinds the
-# role applies (kubernetes-validate ships schemas from 1.25 only).
-DEFINITIONS_1_20 = json.loads(
-    (Path(__file__).with_name("kubernetes_1_20_definitions.json")).read_text()
-)
 SCOPE_LABEL = "hygon.com/dcu.admission"
-
-
-def _fields_1_20_lacks(obj: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """Every field of obj that the 1.20 definition does not declare (strict, like the API
-    server's "field not declared in schema"), recursively."""
-    if "$ref" in schema:
-        schema = DEFINITIONS_1_20["definitions"][schema["$ref"].rsplit("/", 1)[1]]
-    unknown: list[str] = []
-    if isinstance(obj, dict):
-        properties = schema.get("properties")
-        additional = schema.get("additionalProperties")
-        for key, value in obj.items():
-            if properties is not None and key in properties:
-                unknown += _fields_1_20_lacks(value, properties[key], f"{path}.{key}")
-            elif isinstance(additional, dict):
-                unknown += _fields_1_20_lacks(value, additional, f"{path}.{key}")
-            elif properties is not None or additional is False:
-                unknown.append(f"{path}.{key}")
-    elif isinstance(obj, list) and "items" in schema:
-        for index, value in enumerate(obj):
-            unknown += _fields_1_20_lacks(value, schema["items"], f"{path}[{index}]")
-    return unknown
-
-
-def _fields_missing_in_1_20(obj: dict[str, Any]) -> list[str]:
-    key = f"{obj['apiVersion']}/{obj['kind']}"
-    root = DEFINITIONS_1_20["roots"].get(key)
-    if root is None:
-        return [f"{key}: not served by Kubernetes 1.20"]
-    return _fields_1_20_lacks(obj, {"$ref": f"#/definitions/{root}"}, obj["kind"])
 
 
 @pytest.mark.parametrize("version", [v for v in RENDERED_VERSIONS if v != "1.20"])
@@ -57,7 +22,7 @@ def test_rendering_validates_strictly_for_its_version(
     renders_by_version: dict[str, RoleRun], version: str
 ) -> None:
     objects = renders_by_version[version].objects()
-    assert len(objects) == 12
+    assert len(objects) == 14
     for obj in objects:
         kubernetes_validate.validate(obj, version, strict=True)
 
@@ -68,7 +33,7 @@ def test_1_20_rendering_has_only_fields_1_20_declares(
     # Checks every object's apiVersion/kind is served by 1.20 and every field, at any depth,
     # is declared by 1.20's OpenAPI definition of that kind (values are not checked).
     for obj in renders_by_version["1.20"].objects():
-        assert _fields_missing_in_1_20(obj) == [], obj["kind"]
+        assert fields_missing_in_1_20(obj) == [], obj["kind"]
 
 
 def test_the_1_20_check_finds_what_1_20_lacks(renders_by_version: dict[str, RoleRun]) -> None:
@@ -76,7 +41,7 @@ def test_the_1_20_check_finds_what_1_20_lacks(renders_by_version: dict[str, Role
     found = [
         missing
         for obj in renders_by_version["1.37"].objects()
-        for missing in _fields_missing_in_1_20(obj)
+        for missing in fields_missing_in_1_20(obj)
     ]
     assert found == [
         "policy/v1/PodDisruptionBudget: not served by Kubernetes 1.20",

@@ -1,0 +1,38 @@
+"""Client certificates: the extender's handshakes can require one signed by a given CA, so
+only kube-scheduler (its extender ``tlsConfig`` ``certFile``/``keyFile``) can ask it to bind.
+
+It is the webhook's certificate reloader (``webhook.tls``) with the CA added to each context it
+loads. The CA file is read when the serving certificate or key changes (that is when contexts
+are loaded); a new CA alone is picked up at the next certificate rotation or restart.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Callable
+
+from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
+
+
+class ClientVerifyingReloader(CertificateReloader):
+    def __init__(
+        self,
+        cert_path: str,
+        key_path: str,
+        client_ca_path: str,
+        on_reload: Callable[[bool], None] | None = None,
+    ) -> None:
+        self.client_ca_path = client_ca_path  # read by _load, which the base calls at once
+        super().__init__(cert_path, key_path, on_reload)
+
+    def _load(self) -> ssl.SSLContext:
+        context = super()._load()
+        try:
+            context.load_verify_locations(cafile=self.client_ca_path)
+        except (OSError, ssl.SSLError) as error:
+            raise CertificateError(
+                f"cannot load the client CA {self.client_ca_path}: {error}; mount the PEM CA "
+                "that signed kube-scheduler's extender client certificate"
+            ) from error
+        context.verify_mode = ssl.CERT_REQUIRED
+        return context

@@ -1,0 +1,92 @@
+"""The extender's metrics, on the image's one Prometheus implementation.
+
+It is the webhook's ``Metrics`` as the webhook's HTTPS server sees it (the server counts bad
+requests, refused connections, failed handshakes and certificate reloads through it), with
+those counters under the extender's own names and only the extender's series rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hygon_dcu_plugin.prometheus_text import CONTENT_TYPE, Counter, Gauge, Histogram, render
+from hygon_dcu_plugin.webhook.metrics import Metrics
+
+from .verbs import BindOutcome
+
+__all__ = ["CONTENT_TYPE", "VERBS", "ExtenderMetrics"]
+
+VERBS = ("filter", "prioritize", "bind")
+# Seconds; the scheduler waits httpTimeout (5 s unless configured) for each call.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_PREFIX = "hygon_dcu_extender_"
+
+
+class ExtenderMetrics(Metrics):
+    def __init__(self, sample: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
+        """``sample`` gives (reservations held, stale nodes) at render time."""
+        super().__init__()
+        # The counters the webhook's server increments, named for the extender.
+        self.bad_requests = Counter(
+            _PREFIX + "bad_requests_total", "Requests refused with an HTTP error, by reason."
+        )
+        self.tls_reloads = Counter(
+            _PREFIX + "tls_reloads_total", "Reloads of the serving certificate, by result."
+        )
+        self.handshake_failures = Counter(
+            _PREFIX + "tls_handshake_failures_total", "TLS handshakes that failed."
+        )
+        self.connections_refused = Counter(
+            _PREFIX + "connections_refused_total",
+            "Connections closed unread because the connection limit was reached.",
+        )
+        for result in ("success", "failure"):
+            self.tls_reloads.zero(result=result)
+        self.handshake_failures.zero()
+        self.connections_refused.zero()
+        self.latency = {
+            verb: Histogram(
+                f"{_PREFIX}{verb}_seconds", f"Time to answer a {verb} request.", BUCKETS
+            )
+            for verb in VERBS
+        }
+        self.binds = Counter(_PREFIX + "binds_total", "Bind requests answered, by outcome.")
+        for outcome in BindOutcome:
+            self.binds.zero(outcome=outcome.value)
+        self.released = Counter(
+            _PREFIX + "reservations_released_total", "Reservations released, by why."
+        )
+        for why in ("carved", "pod-gone", "pod-finished", "bound-elsewhere", "lapsed"):
+            self.released.zero(why=why)
+        self.held = Gauge(_PREFIX + "reservations", "Reservations made and not yet carved.")
+        self.stale = Gauge(
+            _PREFIX + "stale_nodes", "Nodes whose geometry Lease was not renewed in time."
+        )
+        self._sample = sample
+
+    def observe(self, verb: str, seconds: float) -> None:
+        self.latency[verb].observe(seconds)
+
+    def bind(self, outcome: BindOutcome) -> None:
+        self.binds.inc(outcome=outcome.value)
+
+    def release(self, why: str) -> None:
+        self.released.inc(why=why)
+
+    def render(self) -> str:
+        held, stale = self._sample()
+        self.held.set_all({(): float(held)})
+        self.stale.set_all({(): float(stale)})
+        metrics = [
+            self.bad_requests,
+            self.binds,
+            self.connections_refused,
+            *self.latency.values(),
+            self.held,
+            self.released,
+            self.stale,
+            self.handshake_failures,
+            self.tls_reloads,
+        ]
+        # bad_requests has no series before the first one: its header is skipped until then.
+        return render([m for m in metrics if m.render()])

@@ -1,0 +1,219 @@
+"""The extender's HTTPS server: ``POST /filter``, ``/prioritize``, ``/bind``, ``GET /healthz``,
+``GET /metrics`` (docs/dev/extender.md).
+
+It is the webhook's server (``webhook.server``): the same TLS handshake in the connection's
+thread with the certificate current at that moment, the same bounds on connections, request
+time, header and body bytes, and parses; only the endpoints differ. /healthz answers 200 once a
+geometry Lease list succeeded within the last few refresh periods, else 503 with why; the verbs
+answer 503 until the reservation table is rebuilt and the first Leases are read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+from hygon_dcu_plugin.webhook.review import BadReview, BodyTooCostly, parse_body
+from hygon_dcu_plugin.webhook.server import (
+    DEFAULT_MAX_BODY,
+    DEFAULT_MAX_CONNECTIONS,
+    REQUEST_TIMEOUT,
+    AdmissionHandler,
+    AdmissionServer,
+)
+from hygon_dcu_plugin.webhook.tls import CertificateReloader
+
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import ExtenderMetrics
+from .verbs import Extender
+from .wire import WireError, parse_args, parse_binding
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CERT = "/etc/hygon-dcu-extender/tls/tls.crt"
+DEFAULT_KEY = "/etc/hygon-dcu-extender/tls/tls.key"
+VERB_PATHS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+_GET_PATHS = ("/healthz", "/metrics")
+
+
+class ExtenderServer(AdmissionServer):
+    metrics: ExtenderMetrics
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        certificates: CertificateReloader,
+        metrics: ExtenderMetrics,
+        extender: Extender,
+        *,
+        max_body: int = DEFAULT_MAX_BODY,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT,
+    ) -> None:
+        self.extender = extender
+        super().__init__(
+            address,
+            certificates,
+            metrics,
+            max_body=max_body,
+            max_connections=max_connections,
+            request_timeout=request_timeout,
+        )
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return ExtenderHandler
+
+
+class ExtenderHandler(AdmissionHandler):
+    server: ExtenderServer
+    server_version = "hygon-dcu-extender"
+
+    def _health(self) -> tuple[HTTPStatus, str]:
+        if self.server.draining.is_set():
+            return HTTPStatus.SERVICE_UNAVAILABLE, "shutting down"
+        healthy, why = self.server.extender.state.health()
+        return (HTTPStatus.OK, "ok") if healthy else (HTTPStatus.SERVICE_UNAVAILABLE, why)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            status, text = self._health()
+            self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
+        elif path == "/metrics":
+            body = self.server.metrics.render().encode()
+            self._send(HTTPStatus.OK, body, METRICS_CONTENT_TYPE)
+        elif path in VERB_PATHS:
+            self._method_not_allowed("POST")
+        else:
+            self._error(HTTPStatus.NOT_FOUND, "not-found", f"no endpoint at {path}")
+
+    def do_HEAD(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            status = self._health()[0]
+        elif path == "/metrics":
+            status = HTTPStatus.OK
+        else:
+            status = HTTPStatus.NOT_FOUND
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _allowed_methods(self) -> str:
+        return "POST" if self.path.split("?", 1)[0] in VERB_PATHS else "GET, HEAD"
+
+    def do_POST(self) -> None:
+        started = time.monotonic()
+        path = self.path.split("?", 1)[0]
+        verb = VERB_PATHS.get(path)
+        if verb is None:
+            if path in _GET_PATHS:
+                self._method_not_allowed("GET, HEAD")
+            else:
+                self._error(HTTPStatus.NOT_FOUND, "not-found", f"no endpoint at {path}")
+            return
+        media_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if media_type != "application/json":
+            self._error(
+                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
+                "wrong-content-type",
+                f"Content-Type {media_type or '(none)'!r} is not supported; send application/json",
+            )
+            return
+        length = self._body_length()
+        if length is None:
+            return
+        if not self.server.bodies.acquire(length, self.reader.remaining()):
+            self._busy("the extender holds as many request bodies as it may; retry")
+            return
+        try:
+            self._answer(verb, length, started)
+        finally:
+            self.server.bodies.release(length)
+
+    def _answer(self, verb: str, length: int, started: float) -> None:
+        body = self._read_body(length)
+        if body is None:
+            return
+        if not self.server.parse_lock.acquire(timeout=self.reader.remaining()):
+            self._busy("the extender is busy reading other requests; retry")
+            return
+        try:
+            document = parse_body(body, self.server.parse_budget)
+        except BodyTooCostly as error:
+            self.close_connection = True
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error.reason, error.message)
+            return
+        except BadReview as error:
+            self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
+            return
+        finally:
+            self.server.parse_lock.release()
+        del body
+        extender = self.server.extender
+        try:
+            if verb == "bind":
+                binding = parse_binding(document)
+                answer = extender.bind(binding)
+                self.server.metrics.bind(answer.outcome)
+                payload: Any = answer.result()
+                fields: dict[str, Any] = {
+                    "namespace": binding.pod.namespace,
+                    "pod": binding.pod.name,
+                    "node": binding.node,
+                    "outcome": answer.outcome.value,
+                    "why": answer.error,
+                }
+            else:
+                args = parse_args(document)
+                if not extender.ready:
+                    self._error(
+                        HTTPStatus.SERVICE_UNAVAILABLE,
+                        "not-ready",
+                        "the extender has not read the cluster yet: " + extender.state.health()[1],
+                        {"Retry-After": "1"},
+                    )
+                    return
+                if verb == "filter":
+                    payload = extender.filter(args)
+                    fields = {"passed": len(payload["nodenames"])}
+                else:
+                    payload = extender.prioritize(args)
+                    fields = {}
+                fields = {
+                    "namespace": args.pod.namespace,
+                    "pod": args.pod.name,
+                    "nodes": len(args.node_names),
+                    **fields,
+                }
+        except WireError as error:
+            self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
+            return
+        except Exception:  # a bug here must still answer, never drop the connection
+            log.error("extender_failed", extra={"verb": verb}, exc_info=True)
+            self._error(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                "internal-error",
+                f"the extender failed to answer this {verb} request; see its log",
+            )
+            return
+        elapsed = time.monotonic() - started
+        self.server.metrics.observe(verb, elapsed)
+        log.info(verb, extra={**fields, "duration_ms": round(elapsed * 1000, 3)})
+        self._send(HTTPStatus.OK, json.dumps(payload).encode(), "application/json")
+
+
+def make_server(
+    address: str,
+    port: int,
+    certificates: CertificateReloader,
+    metrics: ExtenderMetrics,
+    extender: Extender,
+    **settings: Any,
+) -> ExtenderServer:
+    """Bind the server (port 0 picks a free one); the caller runs ``serve_forever``."""
+    return ExtenderServer((address, port), certificates, metrics, extender, **settings)

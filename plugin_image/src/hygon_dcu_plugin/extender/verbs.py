@@ -1,0 +1,276 @@
+"""The extender's three verbs: filter, prioritize and bind (docs/dev/extender.md).
+
+A pod's partition request is read the way the webhook and the allocator read it: the webhook's
+rules (``webhook.rules.find_violations``) decide whether the pod can be served at all, and
+``request.parse_container`` what each app container asks for. A pod that breaks a rule fails on
+every node with the webhook's own message; containers without a partition are ignored.
+
+Bind serves only pods that name this extender's scheduler (``--scheduler-name``).
+
+Filter and prioritize place the pod on each node's current view (``decide.place``), counting
+every reservation but the pod's own. Bind, under the node's lock: read the pod (fresh
+resourceVersion), reuse its reservation if this is a retried bind of the same node, else read
+the node's Lease, place, write the reservation on the pod with that resourceVersion (a pod
+changed meanwhile is refused) and enter it in the table; then, outside the lock, create the
+Binding. A Binding the API server refuses removes the entry; one whose outcome is unknown
+(timeout, connection lost) keeps it, since the pod may be bound: the state's release rules
+clean it up.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ..config import kube_name_problem
+from ..request import PartitionRequest, ProfileRequest, SizeRequest, parse_container
+from ..reservation import MAX_CONTAINERS, Reservation, ReservationError, Reserved
+from ..reservation import decode as decode_reservation
+from ..reservation import encode as encode_reservation
+from ..shown import shorten
+from ..vocabulary import RESERVATION_ANNOTATION, SCHEDULER_NAME
+from ..webhook.review import KEPT_VIOLATIONS, Decision
+from ..webhook.rules import find_violations
+from .decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, place, score
+from .kube import BindingRefused, ExtenderApi, KubeApiError, PodChanged, PodInfo
+from .node_locks import NodeLocks
+from .state import NO_GEOMETRY, ExtenderState, Held
+from .wire import BindingArgs, ExtenderArgs, binding_result, filter_result, priority_list
+
+log = logging.getLogger(__name__)
+
+# A bind waits this long for the binds before it on the same node.
+BIND_LOCK_SECONDS = 10.0
+
+Requests = list[tuple[str, PartitionRequest]]
+
+
+class BindOutcome(StrEnum):
+    """The ``outcome`` label of hygon_dcu_extender_binds_total."""
+
+    BOUND = "bound"
+    REUSED = "reused"  # a retried bind: the reservation made before was bound
+    ALREADY_BOUND = "already-bound"
+    NO_FIT = "no-fit"
+    REFUSED_POD = "refused-pod"
+    POD_CHANGED = "pod-changed"
+    POD_GONE = "pod-gone"
+    BINDING_REFUSED = "binding-refused"
+    API_ERROR = "api-error"
+    BUSY = "busy"
+    NOT_READY = "not-ready"
+
+
+@dataclass(frozen=True)
+class BindAnswer:
+    outcome: BindOutcome
+    error: str = ""
+
+    def result(self) -> dict[str, Any]:
+        return binding_result(self.error)
+
+
+def pod_requests(pod: Mapping[str, Any]) -> Requests | str:
+    """The partition request of each app container of the pod, or why it cannot be served."""
+    findings = find_violations(pod, KEPT_VIOLATIONS)
+    if findings.total:
+        return Decision("", False, findings.kept, findings.total, findings.rules).message()
+    spec = pod.get("spec")
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    requests: Requests = []
+    # find_violations found none, so the containers and their resources have the API's shape.
+    for entry in containers if isinstance(containers, list) else []:
+        name = entry.get("name")
+        resources = entry.get("resources") or {}
+        verdict = parse_container(
+            name, resources.get("limits") or {}, resources.get("requests") or {}
+        )
+        if not isinstance(verdict, ProfileRequest | SizeRequest):
+            continue
+        if not isinstance(name, str) or kube_name_problem(name, subdomain=False):
+            return f"container name {shorten(str(name))!r} is not a container name"
+        requests.append((name, verdict))
+    if len(requests) > MAX_CONTAINERS:
+        return (
+            f"the pod has {len(requests)} partition containers; at most {MAX_CONTAINERS} can be "
+            "reserved at once"
+        )
+    return requests
+
+
+class Extender:
+    def __init__(
+        self,
+        state: ExtenderState,
+        api: ExtenderApi,
+        *,
+        policy: str = BINPACK,
+        clock: Callable[[], float] = time.time,
+        lock_seconds: float = BIND_LOCK_SECONDS,
+        scheduler_name: str = SCHEDULER_NAME,
+    ) -> None:
+        if policy not in NODE_POLICIES:
+            raise ValueError(f"unknown node policy {policy!r}; use one of {NODE_POLICIES}")
+        self.state = state
+        self.api = api
+        self.policy = policy
+        self._clock = clock
+        self._lock_seconds = lock_seconds
+        self.scheduler_name = scheduler_name
+        self.locks = NodeLocks()
+
+    @property
+    def ready(self) -> bool:
+        return self.state.ready
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        verdict = pod_requests(args.pod_object)
+        if isinstance(verdict, str):
+            why = f"the pod's partition request cannot be served: {verdict}"
+            return filter_result([], dict.fromkeys(args.node_names, why))
+        if not verdict:
+            return filter_result(args.node_names, {})
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        for view in self.state.node_states(args.node_names, args.pod.uid):
+            placed = place(view, verdict)
+            if isinstance(placed, NotPlaced):
+                failed[view.name] = placed.why
+            else:
+                passed.append(view.name)
+        return filter_result(passed, failed)
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        verdict = pod_requests(args.pod_object)
+        if isinstance(verdict, str) or not verdict:
+            return priority_list(dict.fromkeys(args.node_names, 0))
+        scores: dict[str, int] = {}
+        for view in self.state.node_states(args.node_names, args.pod.uid):
+            placed = place(view, verdict)
+            scores[view.name] = 0 if isinstance(placed, NotPlaced) else score(placed, self.policy)
+        return priority_list(scores)
+
+    def bind(self, args: BindingArgs) -> BindAnswer:
+        if not self.ready:
+            return BindAnswer(BindOutcome.NOT_READY, "the extender has not read the cluster yet")
+        with self.locks.holding(args.node, self._lock_seconds) as acquired:
+            if not acquired:
+                return BindAnswer(
+                    BindOutcome.BUSY,
+                    f"node {args.node} is busy with other binds (waited "
+                    f"{self._lock_seconds:g} s); the scheduler will retry",
+                )
+            try:
+                prepared = self._reserve(args)
+            except PodChanged as error:
+                return BindAnswer(BindOutcome.POD_CHANGED, f"{error}; the scheduler will retry")
+            except KubeApiError as error:
+                return BindAnswer(BindOutcome.API_ERROR, str(error))
+        if isinstance(prepared, BindAnswer):
+            return prepared
+        pod, held, created = prepared
+        try:
+            self.api.bind_pod(pod.ref, args.node)
+        except BindingRefused as error:
+            if held is not None and created:
+                self.state.forget(held)
+            return BindAnswer(BindOutcome.BINDING_REFUSED, str(error))
+        except KubeApiError as error:
+            # The pod may be bound all the same: its reservation stays until the release
+            # rules see the pod carved, gone or bound elsewhere, or it lapses.
+            log.warning(
+                "binding_outcome_unknown",
+                extra={"pod": pod.ref.name, "namespace": pod.ref.namespace, "error": str(error)},
+            )
+            return BindAnswer(BindOutcome.API_ERROR, str(error))
+        outcome = BindOutcome.BOUND if created or held is None else BindOutcome.REUSED
+        log.info(
+            "bound",
+            extra={
+                "namespace": pod.ref.namespace,
+                "pod": pod.ref.name,
+                "uid": pod.ref.uid,
+                "node": args.node,
+                "outcome": outcome.value,
+                "reserved": {
+                    name: f"{r.card} {r.profile} {r.start}:{r.size}"
+                    for name, r in sorted((held.containers if held else {}).items())
+                },
+            },
+        )
+        return BindAnswer(outcome)
+
+    def _reserve(self, args: BindingArgs) -> tuple[PodInfo, Held | None, bool] | BindAnswer:
+        """Under the node's lock: the pod, its reservation on the node (None when it asks for
+        no partition) and whether this call made it; or the answer when it cannot be bound."""
+        node, want = args.node, args.pod
+        pod = self.api.get_pod(want.namespace, want.name)
+        if pod is None or pod.ref.uid != want.uid:
+            return BindAnswer(
+                BindOutcome.POD_GONE,
+                f"pod {want.key} (uid {want.uid}) no longer exists"
+                + ("" if pod is None else "; a different pod has that name now"),
+            )
+        if pod.deleting:
+            return BindAnswer(BindOutcome.POD_GONE, f"pod {want.key} is being deleted")
+        spec = pod.raw.get("spec")
+        named = spec.get("schedulerName") if isinstance(spec, Mapping) else None
+        if named != self.scheduler_name:
+            # Only the pods of its own scheduler: a bind request for any other pod is not
+            # from that scheduler, whoever sent it.
+            return BindAnswer(
+                BindOutcome.REFUSED_POD,
+                f"pod {want.key} names scheduler {shorten(str(named))!r}, not "
+                f"{self.scheduler_name!r}; this extender binds only that scheduler's pods",
+            )
+        if pod.node_name:
+            if pod.node_name == node:
+                return BindAnswer(BindOutcome.ALREADY_BOUND)
+            return BindAnswer(
+                BindOutcome.POD_CHANGED, f"pod {want.key} is already bound to {pod.node_name}"
+            )
+        verdict = pod_requests(pod.raw)
+        if isinstance(verdict, str):
+            return BindAnswer(
+                BindOutcome.REFUSED_POD,
+                f"the pod's partition request cannot be served: {verdict}",
+            )
+        if not verdict:
+            return pod, None, False
+        reused = self._reusable(pod, node)
+        if reused is not None:
+            return pod, reused, False
+        lease = self.api.get_lease(self.state.namespace, node)
+        if lease is None:
+            view = NodeState(node, None, NO_GEOMETRY)
+        else:
+            view = self.state.node_state(node, pod.ref.uid, lease=lease)
+        placed = place(view, verdict)
+        if isinstance(placed, NotPlaced):
+            return BindAnswer(BindOutcome.NO_FIT, f"node {node} cannot place the pod: {placed.why}")
+        reservation = Reservation(
+            node,
+            self._clock(),
+            {a.container: Reserved(a.card, a.profile, a.start, a.size) for a in placed.assignments},
+        )
+        self.api.reserve_pod(pod, encode_reservation(reservation))
+        return pod, self.state.hold(pod.ref, reservation), True
+
+    def _reusable(self, pod: PodInfo, node: str) -> Held | None:
+        """The table's entry for the pod when its annotation reserves exactly that on this
+        node: a bind retried after the first one wrote it."""
+        text = pod.annotations.get(RESERVATION_ANNOTATION)
+        held = self.state.held(pod.ref.uid)
+        if text is None or held is None or held.node != node:
+            return None
+        try:
+            reservation = decode_reservation(text)
+        except ReservationError:
+            return None
+        if reservation.node != node or dict(reservation.containers) != dict(held.containers):
+            return None
+        return held

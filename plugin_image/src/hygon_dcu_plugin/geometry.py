@@ -1,0 +1,304 @@
+"""A node's partition geometry as the scheduler extender reads it: the text in the node's
+geometry Lease (docs/dev/extender.md).
+
+One compact JSON document, schema version first::
+
+    {"v": 1, "gen": 7, "cards": [{"pci": "0000:03:00.0", "slices": 4,
+      "profiles": [{"name": "2g.15gb", "slices": 2, "memory_mib": 15360, "cu": 30,
+                    "placements": [[0, 2], [2, 2]]}, ...],
+      "occupied": [0, 1], "owners": [[0, 2, "<pod uid>"]]}]}
+
+``occupied`` is every slice a live GPU instance covers (live driver state, so a hand-carved
+instance counts); ``owners`` names the pod of each instance the plugin granted, so the extender
+can tell a reservation was carved. Only healthy cards with a device key are listed: what the
+allocator would offer.
+
+Fail closed: ``decode`` refuses the whole document (GeometryError) on anything it does not
+expect: unknown schema, a wrong type, a number out of range, more entries than the bounds
+below, a placement off the card, a size over MAX_TEXT. Work is linear in the text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ansible_collections.hygon.dcu.plugins.module_utils.node import (
+    Card,
+    occupied_by,
+    slices_of,
+)
+from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDRESS
+
+from .host import card_key
+from .placement import CardView
+
+SCHEMA = 1
+MAX_TEXT = 64 * 1024  # 8 cards of the largest table are ~2 KB; annotations cap at 256 KB
+MAX_CARDS = 64
+MAX_PROFILES = 32
+MAX_PLACEMENTS = 64
+MAX_SLICES = 64
+MAX_MEMORY_MIB = 1 << 24  # 16 TiB
+MAX_CU = 4096
+MAX_GENERATION = (1 << 53) - 1  # exact in every JSON reader
+_PROFILE_NAME_MAX = 32
+_UID = re.compile(r"[A-Za-z0-9-]{1,64}")  # a pod uid is a UUID
+
+
+class GeometryError(ValueError):
+    """The geometry text is not one this reader can trust; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class GeoPlacement:
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class GeoProfile:
+    name: str
+    slices: int
+    memory_mib: int
+    cu_count: int
+    placements: tuple[GeoPlacement, ...]
+
+
+@dataclass(frozen=True)
+class GeoOwner:
+    start: int
+    size: int
+    pod_uid: str
+
+
+@dataclass(frozen=True)
+class GeoCard:
+    pci: str
+    slice_count: int
+    profiles: tuple[GeoProfile, ...]
+    occupied: frozenset[int]
+    owners: tuple[GeoOwner, ...] = ()
+
+    def profile(self, name: str) -> GeoProfile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+
+@dataclass(frozen=True)
+class Geometry:
+    generation: int
+    cards: tuple[GeoCard, ...]
+
+    def card(self, pci: str) -> GeoCard | None:
+        return next((c for c in self.cards if c.pci == pci), None)
+
+    def profiles(self) -> list[GeoProfile]:
+        """Every profile any card offers, once per name (the first card's)."""
+        seen: dict[str, GeoProfile] = {}
+        for card in self.cards:
+            for profile in card.profiles:
+                seen.setdefault(profile.name, profile)
+        return list(seen.values())
+
+
+def of_cards(
+    cards: Sequence[Card], owners: Iterable[tuple[str, int, int, str]], generation: int
+) -> Geometry:
+    """The geometry of the node's offered cards; ``owners`` are (card pci, start, size, pod
+    uid) of the instances the plugin granted."""
+    by_card: dict[str, list[GeoOwner]] = {}
+    for pci, start, size, uid in owners:
+        by_card.setdefault(pci, []).append(GeoOwner(start, size, uid))
+    listed: list[GeoCard] = []
+    for card in cards:
+        key = card_key(card) if card.healthy else None
+        if key is None:
+            continue
+        profiles = tuple(
+            GeoProfile(
+                p.name,
+                p.slices,
+                p.memory_mib,
+                p.cu_count,
+                tuple(GeoPlacement(q.start, q.size) for q in p.placements),
+            )
+            for p in card.profiles
+        )
+        listed.append(
+            GeoCard(
+                key,
+                card.slice_count,
+                profiles,
+                card.occupied,
+                # Only grants over live instances: a grant left by a reboot owns nothing.
+                tuple(
+                    sorted(
+                        (
+                            o
+                            for o in by_card.get(key, ())
+                            if slices_of(o.start, o.size) <= card.occupied
+                        ),
+                        key=lambda o: o.start,
+                    )
+                ),
+            )
+        )
+    return Geometry(generation, tuple(listed))
+
+
+def card_views(
+    geometry: Geometry, reserved: Mapping[str, Iterable[tuple[int, int]]] | None = None
+) -> list[CardView[GeoProfile]]:
+    """The cards as the placement policy sees them, with ``reserved`` (card pci -> spans made
+    but maybe not carved yet) counted as occupied."""
+    reserved = reserved or {}
+    return [
+        CardView(
+            index,
+            card.pci,
+            card.slice_count,
+            card.profiles,
+            card.occupied | occupied_by(reserved.get(card.pci, ())),
+        )
+        for index, card in enumerate(geometry.cards)
+    ]
+
+
+def encode(geometry: Geometry) -> str:
+    cards = [
+        {
+            "pci": card.pci,
+            "slices": card.slice_count,
+            "profiles": [
+                {
+                    "name": p.name,
+                    "slices": p.slices,
+                    "memory_mib": p.memory_mib,
+                    "cu": p.cu_count,
+                    "placements": [[q.start, q.size] for q in p.placements],
+                }
+                for p in card.profiles
+            ],
+            "occupied": sorted(card.occupied),
+            "owners": [[o.start, o.size, o.pod_uid] for o in card.owners],
+        }
+        for card in geometry.cards
+    ]
+    return json.dumps(
+        {"v": SCHEMA, "gen": geometry.generation, "cards": cards}, separators=(",", ":")
+    )
+
+
+def decode(text: object) -> Geometry:
+    """The geometry in ``text``, or GeometryError naming the first thing wrong."""
+    if not isinstance(text, str):
+        raise GeometryError(f"geometry is a {type(text).__name__}, not text")
+    if len(text) > MAX_TEXT:
+        raise GeometryError(f"geometry is {len(text)} characters; at most {MAX_TEXT} are read")
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise GeometryError(f"geometry is not JSON: {str(exc)[:120]}") from None
+    top = _object(doc, "geometry", {"v", "gen", "cards"})
+    if type(top["v"]) is not int or top["v"] != SCHEMA:
+        raise GeometryError(f"geometry schema {str(top['v'])[:20]!r} is not {SCHEMA}")
+    generation = _int(top["gen"], "gen", 0, MAX_GENERATION)
+    cards = tuple(
+        _card(item, f"cards[{i}]") for i, item in enumerate(_list(top["cards"], "cards", MAX_CARDS))
+    )
+    if len({c.pci for c in cards}) != len(cards):
+        raise GeometryError("geometry lists one card twice")
+    return Geometry(generation, cards)
+
+
+def _card(item: object, where: str) -> GeoCard:
+    obj = _object(item, where, {"pci", "slices", "profiles", "occupied", "owners"})
+    pci = obj["pci"]
+    if not isinstance(pci, str) or not PCI_ADDRESS.fullmatch(pci):
+        raise GeometryError(f"{where}.pci is not a PCI address")
+    slices = _int(obj["slices"], f"{where}.slices", 1, MAX_SLICES)
+    profiles = tuple(
+        _profile(p, f"{where}.profiles[{i}]", slices)
+        for i, p in enumerate(_list(obj["profiles"], f"{where}.profiles", MAX_PROFILES))
+    )
+    if len({p.name for p in profiles}) != len(profiles):
+        raise GeometryError(f"{where} lists one profile twice")
+    occupied = frozenset(
+        _int(s, f"{where}.occupied", 0, slices - 1)
+        for s in _list(obj["occupied"], f"{where}.occupied", MAX_SLICES)
+    )
+    owners = []
+    for i, raw in enumerate(_list(obj["owners"], f"{where}.owners", MAX_SLICES)):
+        entry = _list(raw, f"{where}.owners[{i}]", 3)
+        if len(entry) != 3:
+            raise GeometryError(f"{where}.owners[{i}] is not [start, size, pod uid]")
+        start, size = _span(entry[0], entry[1], f"{where}.owners[{i}]", slices)
+        uid = entry[2]
+        if not isinstance(uid, str) or not _UID.fullmatch(uid):
+            raise GeometryError(f"{where}.owners[{i}] has no pod uid")
+        owners.append(GeoOwner(start, size, uid))
+    return GeoCard(pci, slices, profiles, occupied, tuple(owners))
+
+
+def _profile(item: object, where: str, card_slices: int) -> GeoProfile:
+    obj = _object(item, where, {"name", "slices", "memory_mib", "cu", "placements"})
+    name = obj["name"]
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name) <= _PROFILE_NAME_MAX
+        or not all(c.isascii() and (c.isalnum() or c in ".-_") for c in name)
+    ):
+        raise GeometryError(f"{where}.name is not a profile name")
+    slices = _int(obj["slices"], f"{where}.slices", 1, card_slices)
+    placements = []
+    for i, raw in enumerate(_list(obj["placements"], f"{where}.placements", MAX_PLACEMENTS)):
+        entry = _list(raw, f"{where}.placements[{i}]", 2)
+        if len(entry) != 2:
+            raise GeometryError(f"{where}.placements[{i}] is not [start, size]")
+        start, size = _span(entry[0], entry[1], f"{where}.placements[{i}]", card_slices)
+        placements.append(GeoPlacement(start, size))
+    return GeoProfile(
+        name,
+        slices,
+        _int(obj["memory_mib"], f"{where}.memory_mib", 0, MAX_MEMORY_MIB),
+        _int(obj["cu"], f"{where}.cu", 0, MAX_CU),
+        tuple(placements),
+    )
+
+
+def _span(start: object, size: object, where: str, card_slices: int) -> tuple[int, int]:
+    first = _int(start, f"{where} start", 0, card_slices - 1)
+    count = _int(size, f"{where} size", 1, card_slices - first)
+    return first, count
+
+
+def _object(value: object, where: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise GeometryError(f"{where} is not an object")
+    if set(value) != keys:
+        missing, extra = sorted(keys - set(value)), sorted(set(value) - keys)
+        raise GeometryError(
+            f"{where} has keys missing {missing[:5]} or unexpected {[k[:20] for k in extra[:5]]}"
+        )
+    return value
+
+
+def _list(value: object, where: str, bound: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise GeometryError(f"{where} is not a list")
+    if len(value) > bound:
+        raise GeometryError(f"{where} has {len(value)} entries; at most {bound}")
+    return value
+
+
+def _int(value: object, where: str, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise GeometryError(f"{where} is not a whole number in {low}..{high}")
+    return value
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number")

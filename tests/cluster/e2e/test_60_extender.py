@@ -1,0 +1,418 @@
+"""The scheduler extender on the real cluster, through the second scheduler the device_plugin
+role deploys (the tier's own kube-scheduler build, as an image; docs/extender.md).
+
+- The measured over-commit: 7 pods asking 10 slices of the node's 8 (2 cards of 4) all bound
+  at once with counts alone, and one failed at Allocate. Through the extender none fails; the
+  one that does not fit stays Pending and runs once a partition is freed.
+- Decisions across nodes, on API-only Node objects whose geometry this test publishes in their
+  Leases (the real scheduler filters and scores them; no kubelet ever admits their pods):
+  binpack, spread, and a memory size landing on each card model's smallest covering profile.
+- 32 pods at once never reserve one slice twice.
+
+Starts from any earlier module's state; enables partitioning itself. Leaves: partition mode on,
+the plugin Ready, the extender and the second scheduler deployed, no pod and no API-only node.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import simnode
+from e2e_support import (
+    FAMILY,
+    NAMESPACE,
+    WORKLOAD_NAMESPACE,
+    Kube,
+    Playbooks,
+    SimNode,
+    partition_pod,
+    required_env,
+    wait_for,
+)
+from hygon_dcu_plugin import geometry, reservation
+from hygon_dcu_plugin.vocabulary import (
+    GEOMETRY_ANNOTATION,
+    GEOMETRY_LABEL,
+    MEMORY_MIB,
+    PROFILE_PREFIX,
+    RESERVATION_ANNOTATION,
+    SCHEDULER_NAME,
+)
+
+LABEL = "e2e-extender"
+FAKE_GROUP = "e2e-extender-group"
+# API-only nodes carry a taint of their own, so nothing but these pods lands there (a
+# Deployment rolled during the test would never start), and never send a heartbeat, so the node
+# controller taints them unreachable.
+TOLERATIONS = [
+    {"key": LABEL, "operator": "Exists"},
+    {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+]
+
+
+def deploy(playbooks: Playbooks, kube: Kube, policy: str) -> None:
+    playbooks.run(
+        "hygon.dcu.deploy_device_plugin",
+        "-e",
+        f"hygon_dcu_api_host={kube.node}",
+        "-e",
+        json.dumps(
+            {
+                "hygon_dcu_device_plugin_extender_enabled": True,
+                "hygon_dcu_device_plugin_extender_policy": policy,
+                "hygon_dcu_device_plugin_scheduler_image": required_env(
+                    "HYGON_DCU_CLUSTER_SCHEDULER_IMAGE"
+                ),
+            }
+        ),
+    )
+
+
+def ready_deployments(kube: Kube) -> set[str]:
+    items = kube.json("get", "deployments", "-n", NAMESPACE)["items"]
+    return {
+        d["metadata"]["name"]
+        for d in items
+        if (status := d.get("status", {})).get("observedGeneration", 0)
+        >= d["metadata"]["generation"]
+        and status.get("readyReplicas", 0)
+        == status.get("updatedReplicas", 0)
+        == status.get("replicas", 0)
+        == d["spec"].get("replicas", 1)
+    }
+
+
+def extender_ready(kube: Kube) -> bool:
+    """The second scheduler's pod (kube-scheduler and the extender side by side) rolled out."""
+    return SCHEDULER_NAME in ready_deployments(kube)
+
+
+def lease(kube: Kube, node: str) -> dict[str, Any] | None:
+    done = kube.run("get", "lease", "-n", NAMESPACE, node, "-o", "json", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def published(kube: Kube, node: str) -> geometry.Geometry | None:
+    obj = lease(kube, node)
+    if obj is None:
+        return None
+    text = obj["metadata"].get("annotations", {}).get(GEOMETRY_ANNOTATION)
+    return geometry.decode(text) if text else None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def extender(kube: Kube, playbooks: Playbooks, workload_namespace: str) -> Iterator[None]:
+    playbooks.run("hygon.dcu.enable_mig", "-e", f"target={kube.node}")
+    deploy(playbooks, kube, "binpack")
+    wait_for("the extender and the second scheduler Ready", lambda: extender_ready(kube), 240)
+    wait_for(
+        "the node's geometry Lease with both cards",
+        lambda: (g := published(kube, kube.node)) is not None and len(g.cards) == 2,
+        120,
+    )
+    yield
+    kube.run(
+        "delete",
+        "pods",
+        "-n",
+        WORKLOAD_NAMESPACE,
+        "-l",
+        LABEL,
+        "--force",
+        "--grace-period=0",
+        "--wait=false",
+        check=False,
+    )
+    remove_fake_nodes(kube)
+
+
+def extender_pod(
+    name: str,
+    limits: dict[str, str],
+    selector: dict[str, str],
+    command: list[str] | None = None,
+) -> dict[str, Any]:
+    pod: dict[str, Any] = partition_pod(
+        name, command=command or ["/bin/sh", "-c", "dcu-probe && exec sleep 600"]
+    )
+    spec = pod["spec"]
+    spec["schedulerName"] = SCHEDULER_NAME
+    spec["nodeSelector"] = selector
+    spec["tolerations"] = TOLERATIONS
+    spec["containers"][0]["resources"] = {"limits": limits}
+    pod["metadata"]["labels"] = {LABEL: "true"}
+    return pod
+
+
+def profile_limits(profile: str) -> dict[str, str]:
+    return {FAMILY: "1", PROFILE_PREFIX + profile: "1"}
+
+
+def pods(kube: Kube) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kube.json("get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", LABEL)[
+        "items"
+    ]
+    return items
+
+
+def reserved(pod: dict[str, Any]) -> reservation.Reservation | None:
+    text = pod["metadata"].get("annotations", {}).get(RESERVATION_ANNOTATION)
+    return reservation.decode(text) if text else None
+
+
+def delete_all(kube: Kube) -> None:
+    kube.run(
+        "delete",
+        "pods",
+        "-n",
+        WORKLOAD_NAMESPACE,
+        "-l",
+        LABEL,
+        "--force",
+        "--grace-period=0",
+        timeout=180,
+    )
+    wait_for("the extender test pods gone", lambda: not pods(kube), 120)
+
+
+# --- 1. the measured burst on the real node ---------------------------------------------------
+
+
+def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
+    kube: Kube, cluster_sim: SimNode
+) -> None:
+    on_node = {"hygon.com/dcu.present": "true"}
+    names = [f"burst-2g-{i}" for i in range(4)] + [f"burst-4g-{i}" for i in range(3)]
+    manifests = [
+        extender_pod(n, profile_limits("2g.15gb" if "2g" in n else "4g.31gb"), on_node)
+        for n in names
+    ]
+    kube.run(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
+    )
+
+    def settled() -> tuple[list[str], list[str]] | None:
+        current = {p["metadata"]["name"]: p for p in pods(kube)}
+        failed = [n for n, p in current.items() if p.get("status", {}).get("phase") == "Failed"]
+        assert not failed, {n: current[n].get("status") for n in failed}
+        running = sorted(n for n, p in current.items() if p["status"].get("phase") == "Running")
+        pending = sorted(
+            n
+            for n, p in current.items()
+            if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName")
+        )
+        return (running, pending) if len(running) == 6 and len(pending) == 1 else None
+
+    running, pending = wait_for("6 pods Running and 1 unscheduled", settled, 240)
+    assert pending[0].startswith("burst-4g"), (running, pending)
+    # Stays so: the scheduler retries it and the extender keeps refusing.
+    time.sleep(20)
+    assert settled() == (running, pending)
+    assert len(cluster_sim.live_uuids()) == 6
+
+    freed = next(n for n in running if n.startswith("burst-4g"))
+    kube.delete_pod(freed)
+    wait_for(
+        f"{pending[0]} Running once {freed} freed its partition",
+        lambda: (p := kube.pod(pending[0])) is not None and p["status"].get("phase") == "Running",
+        180,
+    )
+    assert all(p["status"].get("phase") != "Failed" for p in pods(kube))
+    delete_all(kube)
+    wait_for("every burst instance destroyed", lambda: not cluster_sim.live_uuids(), 120)
+
+
+# --- 2. API-only nodes: binpack, spread, sizes --------------------------------------------------
+
+
+def model_geometry(model: str, cards: int, occupied: list[set[int]]) -> geometry.Geometry:
+    """A node of ``cards`` cards of a simulator model (its profile table, as its library
+    reports it), with the given slices taken per card."""
+    spec = simnode.MODELS[model]
+    profiles = tuple(
+        geometry.GeoProfile(
+            p.name,
+            p.slices,
+            p.memory_mib,
+            p.cu_count,
+            tuple(geometry.GeoPlacement(s, p.slices) for s in p.starts),
+        )
+        for p in spec.profiles
+    )
+    return geometry.Geometry(
+        1,
+        tuple(
+            geometry.GeoCard(spec.pci_addresses[i], spec.slices, profiles, frozenset(occupied[i]))
+            for i in range(cards)
+        ),
+    )
+
+
+def add_fake_node(kube: Kube, name: str, group: str, shape: geometry.Geometry) -> None:
+    """A Node object with the partition resources in its status and a fresh geometry Lease."""
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {FAKE_GROUP: group, LABEL: "true"}},
+            "spec": {"taints": [{"key": LABEL, "value": "true", "effect": "NoSchedule"}]},
+        }
+    )
+    names = sorted({p.name for card in shape.cards for p in card.profiles})
+    capacity = {"cpu": "64", "memory": "256Gi", "pods": "110", FAMILY: "64"}
+    capacity.update({PROFILE_PREFIX + n: "64" for n in names})
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "status": {
+            "capacity": capacity,
+            "allocatable": capacity,
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "API-only node of the extender test",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+            ],
+        }
+    }
+    patch_status(kube, name, status)
+    renew = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    kube.apply(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "labels": {GEOMETRY_LABEL: "v1", LABEL: "true"},
+                "annotations": {GEOMETRY_ANNOTATION: geometry.encode(shape)},
+            },
+            "spec": {
+                "holderIdentity": "e2e",
+                "leaseDurationSeconds": 3600,
+                "renewTime": renew,
+                "acquireTime": renew,
+            },
+        }
+    )
+
+
+def patch_status(kube: Kube, name: str, status: dict[str, Any]) -> None:
+    """kubectl 1.20 cannot patch a status subresource; the API client can."""
+    from kubernetes import client, config  # noqa: PLC0415  (only this module needs it)
+
+    config.load_kube_config(config_file=kube.kubeconfig)
+    client.CoreV1Api().patch_node_status(name, status)
+
+
+def remove_fake_nodes(kube: Kube) -> None:
+    kube.run("delete", "nodes", "-l", LABEL, "--wait=false", check=False)
+    kube.run("delete", "leases", "-n", NAMESPACE, "-l", LABEL, check=False)
+
+
+def bound(kube: Kube, name: str) -> tuple[str, reservation.Reservation] | None:
+    pod = kube.pod(name)
+    if pod is None or not pod["spec"].get("nodeName"):
+        return None
+    held = reserved(pod)
+    assert held is not None, f"{name} bound without a reservation: {pod['metadata']}"
+    return pod["spec"]["nodeName"], held
+
+
+def test_binpack_fills_the_fullest_node_that_fits(kube: Kube) -> None:
+    # A: 4 of 8 slices taken and no whole card free; B: 1 taken.
+    add_fake_node(kube, "e2e-bw-a", "pack", model_geometry("c3000-bw", 2, [{0, 1, 2}, {0}]))
+    add_fake_node(kube, "e2e-bw-b", "pack", model_geometry("c3000-bw", 2, [{0}, set()]))
+    group = {FAKE_GROUP: "pack"}
+    kube.apply(extender_pod("pack-small", profile_limits("2g.15gb"), group))
+    node, held = wait_for("pack-small bound", lambda: bound(kube, "pack-small"), 120)
+    assert node == "e2e-bw-a", held
+    kube.apply(extender_pod("pack-whole", profile_limits("8g.63gb"), group))
+    node, held = wait_for("pack-whole bound", lambda: bound(kube, "pack-whole"), 120)
+    # The fullest node has no whole card left: the one that fits gets it.
+    assert node == "e2e-bw-b", held
+    (entry,) = held.containers.values()
+    assert (entry.card, entry.profile, entry.start, entry.size) == (
+        simnode.MODELS["c3000-bw"].pci_addresses[1],
+        "8g.63gb",
+        0,
+        4,
+    )
+
+
+def test_a_memory_size_lands_on_each_models_smallest_covering_profile(kube: Kube) -> None:
+    bw_memory = next(
+        p.memory_mib for p in simnode.MODELS["c3000-bw"].profiles if p.name == "2g.15gb"
+    )
+    add_fake_node(kube, "e2e-x8", "x8", model_geometry("hypo-x8", 1, [set()]))
+    limits = {FAMILY: "1", MEMORY_MIB: str(bw_memory)}
+    kube.apply(extender_pod("size-x8", limits, {FAKE_GROUP: "x8"}))
+    kube.apply(extender_pod("size-bw", limits, {FAKE_GROUP: "pack"}))
+    _, on_x8 = wait_for("size-x8 bound", lambda: bound(kube, "size-x8"), 120)
+    _, on_bw = wait_for("size-bw bound", lambda: bound(kube, "size-bw"), 120)
+    # hypo-x8's 1-slice profile has 16368 MiB, 12 short of BW's 2g.15gb: its 2-slice one.
+    assert [r.profile for r in on_x8.containers.values()] == ["2g.32gb"]
+    assert [r.profile for r in on_bw.containers.values()] == ["2g.15gb"]
+
+
+def test_spread_picks_the_emptiest_node(kube: Kube, playbooks: Playbooks) -> None:
+    deploy(playbooks, kube, "spread")
+    wait_for("the extender Ready with spread", lambda: extender_ready(kube), 240)
+    add_fake_node(kube, "e2e-sp-a", "spread", model_geometry("c3000-bw", 2, [{0, 1}, {0}]))
+    add_fake_node(kube, "e2e-sp-b", "spread", model_geometry("c3000-bw", 2, [{0}, set()]))
+    kube.apply(extender_pod("spread-small", profile_limits("2g.15gb"), {FAKE_GROUP: "spread"}))
+    node, held = wait_for("spread-small bound", lambda: bound(kube, "spread-small"), 120)
+    assert node == "e2e-sp-b", held
+    deploy(playbooks, kube, "binpack")
+    wait_for("the extender Ready with binpack again", lambda: extender_ready(kube), 240)
+    delete_all(kube)
+
+
+# --- 3. concurrent binds ------------------------------------------------------------------------
+
+
+def test_32_pods_at_once_never_share_a_slice(kube: Kube) -> None:
+    # 3 nodes x 2 cards x 4 one-slice placements = 24 slices for 32 one-slice pods.
+    for i in range(3):
+        add_fake_node(kube, f"e2e-many-{i}", "many", model_geometry("c3000-bw", 2, [set(), set()]))
+    group = {FAKE_GROUP: "many"}
+    manifests = [extender_pod(f"many-{i:02d}", profile_limits("2g.15gb"), group) for i in range(32)]
+    kube.run(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests}),
+    )
+
+    def all_decided() -> list[dict[str, Any]] | None:
+        current = [p for p in pods(kube) if p["metadata"]["name"].startswith("many-")]
+        placed = [p for p in current if p["spec"].get("nodeName")]
+        return placed if len(current) == 32 and len(placed) == 24 else None
+
+    placed = wait_for("24 of 32 pods bound", all_decided, 240)
+    time.sleep(10)  # the other 8 stay unbound
+    assert len(all_decided() or []) == 24
+    slices: dict[tuple[str, str, int], str] = {}
+    for pod in placed:
+        held = reserved(pod)
+        assert held is not None and held.node == pod["spec"]["nodeName"], pod["metadata"]
+        for entry in held.containers.values():
+            for s in range(entry.start, entry.start + entry.size):
+                key = (held.node, entry.card, s)
+                assert key not in slices, f"{pod['metadata']['name']} and {slices[key]}: {key}"
+                slices[key] = pod["metadata"]["name"]
+    assert len(slices) == 24
+    delete_all(kube)
+    remove_fake_nodes(kube)

@@ -1,0 +1,243 @@
+"""The extender's view (state.py): when a geometry can be used, and when a reservation is
+released, with the real API client against the fake API server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hygon_dcu_plugin.extender.kube import KubernetesExtenderApi, LeaseInfo, PodInfo
+from hygon_dcu_plugin.extender.state import ExtenderState, lease_view
+from hygon_dcu_plugin.reservation import Reservation, Reserved, encode
+from hygon_dcu_plugin.vocabulary import RESERVATION_ANNOTATION, RESERVED_LABEL
+
+from .fake_cluster import NAMESPACE, FakeCluster
+from .support import T0, Clock, Geometries, occupy, profile_limits, text
+
+
+def make_state(
+    cluster: FakeCluster, tmp_path: Path, clock: Clock, reservation_seconds: float = 300.0
+) -> ExtenderState:
+    api = KubernetesExtenderApi(str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    return ExtenderState(api, NAMESPACE, reservation_seconds=reservation_seconds, clock=clock)
+
+
+def test_a_lease_is_used_until_renew_time_plus_its_duration(geometries: Geometries) -> None:
+    geometry = geometries.empty()
+    lease = LeaseInfo("node-a", text(geometry), renewed=T0, duration=40)
+    assert lease_view(lease, T0 + 40) == (geometry, "")
+    assert lease_view(lease, T0 + 41) == (
+        None,
+        "geometry stale: renewed 41 s ago, plugin down or not Ready?",
+    )
+    assert lease_view(LeaseInfo("n", text(geometry), None, 40), T0)[1] == (
+        "geometry Lease has no renewTime or leaseDurationSeconds"
+    )
+    assert lease_view(LeaseInfo("n", None, T0, 40), T0)[1] == (
+        "no geometry published (the Lease has no hygon.com/dcu.geometry annotation)"
+    )
+    garbled = lease_view(LeaseInfo("n", '{"v": 2, "gen": 1, "cards": []}', T0, 40), T0)
+    assert garbled == (None, "geometry unreadable: geometry schema '2' is not 1")
+
+
+def test_staleness_is_judged_when_the_node_is_read_not_when_it_was_listed(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    cluster.put_lease("node-a", text(geometries.empty()), renewed=T0, duration=40)
+    state = make_state(cluster, tmp_path, clock)
+    assert state.rebuild()
+    state.refresh()
+    assert state.node_state("node-a").geometry is not None
+    clock.now += 45  # no refresh since: the plugin may well be gone
+    view = state.node_state("node-a")
+    assert view.geometry is None
+    assert view.why == "geometry stale: renewed 45 s ago, plugin down or not Ready?"
+    assert state.counts() == (0, 1)
+
+
+def _reserve(
+    state: ExtenderState,
+    cluster: FakeCluster,
+    name: str,
+    made_at: float,
+    **containers: Reserved,
+) -> PodInfo:
+    """What bind leaves: the pod annotated, labelled and bound, and its entry in the table."""
+    pod = cluster.add_pod(name, {c: profile_limits(r.profile) for c, r in containers.items()})
+    reservation = Reservation("node-a", made_at, containers)
+    with cluster.lock:
+        stored = cluster.pods[("ml", name)]
+        stored["metadata"]["annotations"] = {RESERVATION_ANNOTATION: encode(reservation)}
+        stored["metadata"]["labels"] = {RESERVED_LABEL: "true"}
+        stored["spec"]["nodeName"] = "node-a"
+    info = state.api.get_pod("ml", name)
+    assert info is not None and info.ref.uid == pod["metadata"]["uid"]
+    state.hold(info.ref, reservation)
+    return info
+
+
+def test_a_pod_with_two_partitions_is_released_span_by_span_as_they_are_carved(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    geometry = geometries.empty("c3000-bw", cards=2)
+    pcis = [c.pci for c in geometry.cards]
+    cluster.put_lease("node-a", text(geometry), renewed=T0)
+    state = make_state(cluster, tmp_path, clock)
+    assert state.rebuild()
+    state.refresh()
+    pod = _reserve(
+        state,
+        cluster,
+        "pair",
+        T0,
+        left=Reserved(pcis[0], "4g.31gb", 0, 2),
+        right=Reserved(pcis[1], "4g.31gb", 2, 2),
+    )
+    uid = pod.ref.uid
+    cluster.put_lease("node-a", text(occupy(geometry, 0, 0, 2, owner=uid)), renewed=T0)
+    assert state.refresh() == []
+    held = state.held(uid)
+    assert held is not None
+    assert set(held.containers) == {"right"}
+    assert state.node_state("node-a").reserved == {pcis[1]: ((2, 2),)}
+    carved = occupy(occupy(geometry, 0, 0, 2, owner=uid), 1, 2, 2, owner=uid)
+    cluster.put_lease("node-a", text(carved), renewed=T0)
+    assert [r.why for r in state.refresh()] == ["carved"]
+    assert state.held(uid) is None
+
+
+class _ListsThenBinds(KubernetesExtenderApi):
+    """The reserved-pod list returns, then a bind lands (its pod not in that list)."""
+
+    late: tuple[ExtenderState, PodInfo, Reservation] | None = None
+
+    def list_reserved_pods(self) -> list[PodInfo]:
+        pods = super().list_reserved_pods()
+        if self.late is not None:
+            state, pod, reservation = self.late
+            state.hold(pod.ref, reservation)
+            self.late = None
+        return pods
+
+
+def test_a_bind_that_lands_during_a_refresh_is_not_released_as_gone(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    geometry = geometries.empty()
+    cluster.put_lease("node-a", text(geometry), renewed=T0)
+    api = _ListsThenBinds(str(cluster.kubeconfig(tmp_path / "kubeconfig")))
+    state = ExtenderState(api, NAMESPACE, clock=Clock())
+    assert state.rebuild()
+    cluster.add_pod("late", {"main": profile_limits("2g.15gb")})
+    late = api.get_pod("ml", "late")
+    assert late is not None
+    reservation = Reservation("node-a", T0, {"main": Reserved(geometry.cards[0].pci, "2g", 0, 1)})
+    api.late = (state, late, reservation)
+    assert state.refresh() == []
+    assert state.held(late.ref.uid) is not None
+    # The next refresh lists it without the label (the patch never landed): now it is gone.
+    assert [r.why for r in state.refresh()] == ["pod-gone"]
+
+
+def test_the_rebuild_skips_what_cannot_be_trusted_or_has_lapsed(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    pci = geometries.empty().cards[0].pci
+    state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
+    fresh = _reserve(state, cluster, "fresh", T0 - 10, main=Reserved(pci, "2g.15gb", 0, 1))
+    old = _reserve(state, cluster, "old", T0 - 400, main=Reserved(pci, "2g.15gb", 1, 1))
+    garbled = _reserve(state, cluster, "garbled", T0, main=Reserved(pci, "2g.15gb", 2, 1))
+    with cluster.lock:
+        cluster.pods[("ml", "garbled")]["metadata"]["annotations"][RESERVATION_ANNOTATION] = "{"
+    elsewhere = _reserve(state, cluster, "moved", T0, main=Reserved(pci, "2g.15gb", 3, 1))
+    with cluster.lock:
+        cluster.pods[("ml", "moved")]["spec"]["nodeName"] = "node-b"
+    finished = _reserve(state, cluster, "finished", T0, main=Reserved(pci, "2g.15gb", 0, 1))
+    cluster.set_phase("finished", "Failed")
+    restarted = make_state(cluster, tmp_path, clock, reservation_seconds=300)
+    assert not restarted.ready
+    assert restarted.rebuild()
+    assert restarted.held(fresh.ref.uid) is not None
+    for pod in (old, garbled, elsewhere, finished):
+        assert restarted.held(pod.ref.uid) is None, pod.ref.name
+
+
+def test_a_failed_list_keeps_the_view_and_the_reservations(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    geometry = geometries.empty()
+    cluster.put_lease("node-a", text(occupy(geometry, 0, 0, 1)), renewed=T0)
+    state = make_state(cluster, tmp_path, clock)
+    assert state.rebuild()
+    state.refresh()
+    pod = _reserve(state, cluster, "kept", T0, main=Reserved(geometry.cards[0].pci, "2g", 1, 1))
+    cluster.lease_list_status = 500
+    assert state.refresh() == []
+    assert state.held(pod.ref.uid) is not None
+    view = state.node_state("node-a")
+    assert view.geometry is not None
+    assert view.geometry.cards[0].occupied == {0}
+
+
+@pytest.mark.parametrize("seconds", [299.0, 301.0])
+def test_lapse_is_measured_from_the_reservation_time(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries, seconds: float
+) -> None:
+    clock = Clock()
+    pci = geometries.empty().cards[0].pci
+    state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
+    assert state.rebuild()
+    pod = _reserve(state, cluster, "waiting", T0, main=Reserved(pci, "2g.15gb", 0, 1))
+    clock.now = T0 + seconds
+    released = state.refresh()
+    assert [r.why for r in released] == ([] if seconds < 300 else ["lapsed"])
+    assert (state.held(pod.ref.uid) is None) == (seconds > 300)
+
+
+def test_labels_no_bind_can_be_writing_are_dropped_and_the_rest_kept(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    """A labelled pod outside the table: finished, lapsed or unreadable ones lose the label;
+    a fresh one (a bind between its patch and its table entry) keeps it."""
+    clock = Clock()
+    pci = geometries.empty().cards[0].pci
+    state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
+    assert state.rebuild()
+    names = {
+        "fresh": T0 - 10,
+        "lapsed": T0 - 400,
+        "finished": T0 - 10,
+        "unreadable": T0 - 10,
+    }
+    for name, made_at in names.items():
+        pod = _reserve(state, cluster, name, made_at, main=Reserved(pci, "2g.15gb", 0, 1))
+        assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
+    cluster.set_phase("finished", "Succeeded")
+    with cluster.lock:
+        cluster.pods[("ml", "unreadable")]["metadata"]["annotations"][RESERVATION_ANNOTATION] = "{"
+    assert state.refresh() == []
+    labelled = {
+        name for name in names if RESERVED_LABEL in cluster.pod(name)["metadata"].get("labels", {})
+    }
+    assert labelled == {"fresh"}
+    assert RESERVATION_ANNOTATION in cluster.pod("lapsed")["metadata"]["annotations"]
+
+
+def test_a_pod_written_since_the_list_keeps_its_label(
+    tmp_path: Path, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    pci = geometries.empty().cards[0].pci
+    state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
+    assert state.rebuild()
+    pod = _reserve(state, cluster, "rebound", T0 - 400, main=Reserved(pci, "2g.15gb", 0, 1))
+    assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
+    # A bind writes the pod after the refresh listed it: the unlabel (at the listed
+    # resourceVersion) is refused and the label stays.
+    cluster.before_patch = lambda namespace, name: cluster.touch_pod(name, namespace)
+    assert state.refresh() == []
+    assert RESERVED_LABEL in cluster.pod("rebound")["metadata"]["labels"]

@@ -1,0 +1,453 @@
+"""The scheduler extender and the second scheduler (docs/extender.md): what the role renders with
+hygon_dcu_device_plugin_extender_enabled, what it refuses, and that a second run sends the same.
+
+The rendered arguments are parsed and checked by the extender's own flag parser, the scheduler
+configuration against the fields kube-scheduler 1.20 declares for it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate  # type: ignore[import-untyped]
+import pytest
+import yaml
+from cryptography import x509
+from hygon_dcu_plugin import vocabulary
+from hygon_dcu_plugin.extender import main as extender_main
+
+from .certificates import make_certificate
+from .conftest import EXTENDER_ON, SCHEDULER_IMAGE
+from .render import RoleRun, run_role
+from .schema_1_20 import fields_missing_in_1_20
+
+NAMESPACE = "hygon-dcu-system"
+EXTENDER = "hygon-dcu-extender"
+SCHEDULER = vocabulary.SCHEDULER_NAME
+EXTENDER_DNS = f"{EXTENDER}.{NAMESPACE}.svc"
+
+# The fields of kubescheduler.config.k8s.io/v1beta1 KubeSchedulerConfiguration, from the json
+# tags of k8s.io/kube-scheduler/config/v1beta1/types.go (and the component-base v1alpha1
+# LeaderElectionConfiguration, k8s.io/kube-scheduler/config/v1 ExtenderTLSConfig and
+# ExtenderManagedResource it uses) of Kubernetes 1.20. A name is a nested schema; a type, a leaf.
+V1BETA1: dict[str, Any] = {
+    "apiVersion": str,
+    "kind": str,
+    "leaderElection": {
+        "leaderElect": bool,
+        "leaseDuration": str,
+        "renewDeadline": str,
+        "retryPeriod": str,
+        "resourceLock": str,
+        "resourceName": str,
+        "resourceNamespace": str,
+    },
+    "clientConnection": dict,
+    "healthzBindAddress": str,
+    "metricsBindAddress": str,
+    "enableProfiling": bool,
+    "enableContentionProfiling": bool,
+    "percentageOfNodesToScore": int,
+    "podInitialBackoffSeconds": int,
+    "podMaxBackoffSeconds": int,
+    "profiles": [{"schedulerName": str, "plugins": dict, "pluginConfig": list}],
+    "extenders": [
+        {
+            "urlPrefix": str,
+            "filterVerb": str,
+            "preemptVerb": str,
+            "prioritizeVerb": str,
+            "weight": int,
+            "bindVerb": str,
+            "enableHTTPS": bool,
+            "tlsConfig": {
+                "insecure": bool,
+                "serverName": str,
+                "certFile": str,
+                "keyFile": str,
+                "caFile": str,
+                "certData": str,
+                "keyData": str,
+                "caData": str,
+            },
+            "httpTimeout": str,
+            "nodeCacheCapable": bool,
+            "managedResources": [{"name": str, "ignoredByScheduler": bool}],
+            "ignorable": bool,
+        }
+    ],
+}
+
+
+def _undeclared(value: Any, schema: Any, path: str) -> list[str]:
+    """Every field of value the schema does not declare, or of another type, recursively."""
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return [f"{path}: not a mapping"]
+        found = []
+        for key, inner in value.items():
+            if key not in schema:
+                found.append(f"{path}.{key}")
+            else:
+                found += _undeclared(inner, schema[key], f"{path}.{key}")
+        return found
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return [f"{path}: not a list"]
+        return [
+            bad
+            for i, item in enumerate(value)
+            for bad in _undeclared(item, schema[0], f"{path}[{i}]")
+        ]
+    # bool is an int in Python: a weight of true is as wrong as a weight of "10"
+    if not isinstance(value, schema) or (schema is int and isinstance(value, bool)):
+        return [f"{path}: {type(value).__name__}, not {schema.__name__}"]
+    return []
+
+
+def _config(run: RoleRun) -> dict[str, Any]:
+    (text,) = run.find("ConfigMap", SCHEDULER)["data"].values()
+    config = yaml.safe_load(text)
+    assert isinstance(config, dict)
+    return config
+
+
+def _pod_spec(run: RoleRun, name: str) -> dict[str, Any]:
+    spec: dict[str, Any] = run.find("Deployment", name)["spec"]["template"]["spec"]
+    return spec
+
+
+def _ours(obj: dict[str, Any]) -> bool:
+    return bool(obj["metadata"]["name"].startswith((EXTENDER, SCHEDULER)))
+
+
+def test_disabled_by_default(default_render: RoleRun) -> None:
+    assert [obj for obj in default_render.objects() if _ours(obj)] == []
+    assert {obj["metadata"].get("namespace", NAMESPACE) for obj in default_render.objects()} == {
+        NAMESPACE
+    }
+
+
+def test_extender_and_scheduler_after_everything_else(
+    extender_render: RoleRun, default_render: RoleRun
+) -> None:
+    objects = extender_render.objects()
+    others = [(obj["kind"], obj["metadata"]["name"]) for obj in objects if not _ours(obj)]
+    # everything else first, as without the extender
+    assert others == [(obj["kind"], obj["metadata"]["name"]) for obj in default_render.objects()]
+    ours = [(obj["kind"], obj["metadata"]["name"]) for obj in objects[len(others) :]]
+    assert ours == [
+        ("Secret", f"{EXTENDER}-tls"),
+        ("ServiceAccount", SCHEDULER),
+        ("ClusterRole", EXTENDER),
+        ("ClusterRoleBinding", EXTENDER),
+        ("Role", EXTENDER),
+        ("RoleBinding", EXTENDER),
+        ("ClusterRoleBinding", f"{SCHEDULER}-as-kube-scheduler"),
+        ("ClusterRoleBinding", f"{SCHEDULER}-as-volume-scheduler"),
+        ("RoleBinding", f"{SCHEDULER}-authentication-reader"),
+        ("Role", SCHEDULER),
+        ("RoleBinding", SCHEDULER),
+        ("ConfigMap", SCHEDULER),
+        ("Service", EXTENDER),
+        # last: what it mounts and is granted exists when its pod starts
+        ("Deployment", SCHEDULER),
+    ]
+
+
+def test_scheduler_configuration_is_v1beta1_with_the_products_names(
+    extender_render: RoleRun,
+) -> None:
+    config = _config(extender_render)
+    assert _undeclared(config, V1BETA1, "config") == []
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1beta1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert config["profiles"] == [{"schedulerName": vocabulary.SCHEDULER_NAME}]
+    assert config["leaderElection"] == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceNamespace": NAMESPACE,
+        "resourceName": SCHEDULER,
+    }
+    (extender,) = config["extenders"]
+    tls = extender.pop("tlsConfig")
+    assert extender == {
+        # the extender in the same pod (docs/dev/extender.md, "One process pair")
+        "urlPrefix": "https://127.0.0.1:8443",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+        "weight": 10,
+        "nodeCacheCapable": True,
+        "enableHTTPS": True,
+        "httpTimeout": "30s",
+        "ignorable": False,
+        # the scheduler counts the family; the size resources no node advertises are the
+        # extender's alone
+        "managedResources": [
+            {"name": vocabulary.FAMILY, "ignoredByScheduler": False},
+            {"name": vocabulary.MEMORY_MIB, "ignoredByScheduler": True},
+            {"name": vocabulary.COMPUTE_UNITS, "ignoredByScheduler": True},
+        ],
+    }
+    assert sorted(tls) == ["caData", "serverName"]
+
+
+def test_the_schema_check_finds_a_misspelt_field(extender_render: RoleRun) -> None:
+    # the check above is strict with this configuration (otherwise it proves little)
+    config = _config(extender_render)
+    config["extenders"][0]["managedResource"] = config["extenders"][0].pop("managedResources")
+    config["extenders"][0]["weight"] = "10"
+    assert _undeclared(config, V1BETA1, "config") == [
+        "config.extenders[0].weight: str, not int",
+        "config.extenders[0].managedResource",
+    ]
+
+
+def _container(run: RoleRun, name: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [
+        c for c in _pod_spec(run, SCHEDULER)["containers"] if c["name"] == name
+    ]
+    (container,) = found
+    return container
+
+
+def test_scheduler_trusts_the_extenders_certificate(extender_render: RoleRun) -> None:
+    (extender,) = _config(extender_render)["extenders"]
+    trusted = base64.b64decode(extender["tlsConfig"]["caData"], validate=True)
+    secret = extender_render.find("Secret", f"{EXTENDER}-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert trusted == base64.b64decode(secret["data"]["ca.crt"])
+    (ca,) = x509.load_pem_x509_certificates(trusted)
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    cert.verify_directly_issued_by(ca)
+    # verified under the Service's name, the one a default scheduler outside the pod uses
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert extender["tlsConfig"]["serverName"] == EXTENDER_DNS
+    assert EXTENDER_DNS in names.get_values_for_type(x509.DNSName)
+    service = extender_render.find("Service", EXTENDER)
+    (port,) = service["spec"]["ports"]
+    assert f"{service['metadata']['name']}.{NAMESPACE}.svc" == EXTENDER_DNS
+    assert port["port"] == 443
+    # the URL in the pod and the Service both reach the extender's port
+    deployment = extender_render.find("Deployment", SCHEDULER)
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    container = _container(extender_render, "extender")
+    (named,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    options = extender_main.build_parser().parse_args(container["args"])
+    assert named["containerPort"] == options.port
+    assert extender["urlPrefix"] == f"https://127.0.0.1:{options.port}"
+
+
+def test_webhook_and_extender_have_certificates_of_their_own(extender_render: RoleRun) -> None:
+    def cert_and_ca(secret: str) -> tuple[x509.Certificate, x509.Certificate]:
+        data = extender_render.find("Secret", secret)["data"]
+        (ca,) = x509.load_pem_x509_certificates(base64.b64decode(data["ca.crt"]))
+        return x509.load_pem_x509_certificate(base64.b64decode(data["tls.crt"])), ca
+
+    webhook_cert, webhook_ca = cert_and_ca("hygon-dcu-admission-tls")
+    extender_cert, extender_ca = cert_and_ca(f"{EXTENDER}-tls")
+    assert webhook_ca != extender_ca
+    assert webhook_cert.public_key() != extender_cert.public_key()
+    names = webhook_cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert EXTENDER_DNS not in names.get_values_for_type(x509.DNSName)
+
+
+def test_one_pod_runs_the_scheduler_and_the_extender_once(extender_render: RoleRun) -> None:
+    deployment = extender_render.find("Deployment", SCHEDULER)
+    # reservations are held in memory: never two extenders, not even during a rollout
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    spec = _pod_spec(extender_render, SCHEDULER)
+    assert spec["serviceAccountName"] == SCHEDULER
+    assert [c["name"] for c in spec["containers"]] == ["kube-scheduler", "extender"]
+    for container in spec["containers"]:
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+
+
+def test_extender_runs_with_its_own_flags(extender_render: RoleRun) -> None:
+    spec = _pod_spec(extender_render, SCHEDULER)
+    container = _container(extender_render, "extender")
+    plugin = extender_render.find("DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == plugin["image"]
+    assert container["command"] == ["hygon-dcu-plugin", "extender"]
+    # the extender's own parser and start-up checks accept what the role passes
+    options = extender_main.build_parser().parse_args(container["args"])
+    extender_main.check(options)
+    assert (options.namespace, options.policy, options.reservation_seconds) == (
+        NAMESPACE,
+        "binpack",
+        300.0,
+    )
+    (variable,) = [env for env in container["env"] if env["name"] == "POD_NAMESPACE"]
+    assert variable["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    # the certificate files are those of the Secret's volume
+    (mount,) = container["volumeMounts"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == f"{EXTENDER}-tls"
+    assert options.cert_file == f"{mount['mountPath']}/tls.crt"
+    assert options.key_file == f"{mount['mountPath']}/tls.key"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {
+            "path": "/healthz",
+            "port": "extender",
+            "scheme": "HTTPS",
+        }
+
+
+def test_scheduler_runs_the_sites_image_with_the_configmap(extender_render: RoleRun) -> None:
+    deployment = extender_render.find("Deployment", SCHEDULER)
+    spec = _pod_spec(extender_render, SCHEDULER)
+    container = _container(extender_render, "kube-scheduler")
+    assert container["image"] == SCHEDULER_IMAGE
+    configmap = extender_render.find("ConfigMap", SCHEDULER)
+    ((key, text),) = configmap["data"].items()
+    (mount,) = container["volumeMounts"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    assert volume["configMap"]["name"] == SCHEDULER
+    assert container["command"] == ["kube-scheduler", f"--config={mount['mountPath']}/{key}"]
+    # kube-scheduler's secure port, whose /healthz needs no credentials
+    (port,) = container["ports"]
+    assert port["containerPort"] == 10259
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": port["name"],
+        "scheme": "HTTPS",
+    }
+    # a new configuration rolls the pod: kube-scheduler reads it once
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert (
+        annotations[vocabulary.CONFIG_HASH_ANNOTATION] == hashlib.sha256(text.encode()).hexdigest()
+    )
+
+
+def test_options_reach_the_extender_and_the_scheduler(
+    render_dir: Path, extender_render: RoleRun
+) -> None:
+    run = run_role(
+        render_dir,
+        **EXTENDER_ON,
+        hygon_dcu_device_plugin_extender_policy="spread",
+        hygon_dcu_device_plugin_extender_weight="3",  # string form, as from a survey
+        hygon_dcu_device_plugin_extender_reservation_seconds=120,
+        hygon_dcu_device_plugin_scheduler_config_api_version="kubescheduler.config.k8s.io/v1",
+        hygon_dcu_device_plugin_log_level="debug",
+        hygon_dcu_device_plugin_image_pull_secrets=["site-registry"],
+    )
+    assert run.returncode == 0, run.output
+    options = extender_main.build_parser().parse_args(_container(run, "extender")["args"])
+    extender_main.check(options)
+    assert (options.policy, options.reservation_seconds, options.log_level) == (
+        "spread",
+        120.0,
+        "debug",
+    )
+    config = _config(run)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["extenders"][0]["weight"] == 3
+    assert _pod_spec(run, SCHEDULER)["imagePullSecrets"] == [{"name": "site-registry"}]
+    template = run.find("Deployment", SCHEDULER)["spec"]["template"]
+    default = extender_render.find("Deployment", SCHEDULER)["spec"]["template"]
+    assert template["metadata"]["annotations"] != default["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {"hygon_dcu_device_plugin_extender_enabled": True},
+        {**EXTENDER_ON, "hygon_dcu_device_plugin_scheduler_image": "kube-scheduler v1.20"},
+        {**EXTENDER_ON, "hygon_dcu_device_plugin_extender_weight": 0},
+        {**EXTENDER_ON, "hygon_dcu_device_plugin_extender_reservation_seconds": -1},
+    ],
+)
+def test_enabled_without_a_usable_scheduler_image_is_refused(
+    render_dir: Path, inputs: dict[str, Any]
+) -> None:
+    run = run_role(render_dir, **inputs)
+    assert run.returncode != 0
+    assert (
+        "hygon_dcu_device_plugin_extender_enabled needs hygon_dcu_device_plugin_scheduler_image"
+        in (run.output)
+    )
+    assert not render_dir.exists()
+
+
+def test_second_run_sends_the_same_objects(extender_render: RoleRun) -> None:
+    before = {path.name: path.read_bytes() for path in extender_render.render_dir.iterdir()}
+    predicted = run_role(extender_render.render_dir, check=True, **EXTENDER_ON)
+    assert predicted.returncode == 0, predicted.output
+    assert predicted.changed == 0, predicted.output
+    second = run_role(extender_render.render_dir, **EXTENDER_ON)
+    assert second.returncode == 0, second.output
+    assert second.changed == 0, second.output
+    assert {path.name: path.read_bytes() for path in extender_render.render_dir.iterdir()} == before
+
+
+def test_supplied_extender_certificate_is_used_as_given(render_dir: Path) -> None:
+    cert, key, ca = make_certificate(EXTENDER_DNS)
+    run = run_role(
+        render_dir,
+        **EXTENDER_ON,
+        hygon_dcu_device_plugin_extender_tls_cert=cert,
+        hygon_dcu_device_plugin_extender_tls_key=key,
+        hygon_dcu_device_plugin_extender_tls_ca=ca,
+    )
+    assert run.returncode == 0, run.output
+    data = run.find("Secret", f"{EXTENDER}-tls")["data"]
+    assert base64.b64decode(data["tls.crt"]).decode() == cert
+    assert base64.b64decode(data["tls.key"]).decode() == key
+    (extender,) = _config(run)["extenders"]
+    assert base64.b64decode(extender["tlsConfig"]["caData"]).decode() == ca
+    assert key not in run.output
+    # the webhook's certificate is still the role's own
+    webhook = run.find("Secret", "hygon-dcu-admission-tls")["data"]
+    assert base64.b64decode(webhook["tls.crt"]).decode() != cert
+
+
+def test_partial_extender_certificate_is_refused(render_dir: Path) -> None:
+    cert = make_certificate(EXTENDER_DNS)[0]
+    run = run_role(render_dir, **EXTENDER_ON, hygon_dcu_device_plugin_extender_tls_cert=cert)
+    assert run.returncode != 0
+    assert "hygon_dcu_device_plugin_extender_tls_cert, _tls_key and _tls_ca go together" in (
+        run.output
+    )
+    assert not render_dir.exists()
+
+
+@pytest.mark.parametrize("version", [f"1.{minor}" for minor in range(28, 38)])
+def test_every_manifest_validates_strictly(extender_render: RoleRun, version: str) -> None:
+    for obj in extender_render.objects():
+        kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_1_20_rendering_has_only_fields_1_20_declares(render_dir: Path) -> None:
+    run = run_role(render_dir, **EXTENDER_ON, hygon_dcu_kubernetes_version="1.20")
+    assert run.returncode == 0, run.output
+    assert any(_ours(obj) for obj in run.objects())
+    for obj in run.objects():
+        assert fields_missing_in_1_20(obj) == [], obj["kind"]
+
+
+def test_absent_removes_the_scheduler_and_the_extender_first(render_dir: Path) -> None:
+    # whether or not they are enabled now: an earlier run may have deployed them
+    run = run_role(render_dir, hygon_dcu_device_plugin_state="absent")
+    assert run.returncode == 0, run.output
+    removal = yaml.safe_load((render_dir / "removal.yaml").read_text())
+    order = [(item["kind"], item.get("namespace", ""), item["name"]) for item in removal]
+    ours = [entry for entry in order if entry[2].startswith((EXTENDER, SCHEDULER))]
+    assert order[: len(ours)] == ours
+    # the pod first, so nothing it uses goes while it runs
+    assert ours[0] == ("Deployment", NAMESPACE, SCHEDULER)
+    assert ("RoleBinding", "kube-system", f"{SCHEDULER}-authentication-reader") in ours
+    # every object an enabled run applies is in the list
+    applied = {
+        (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+        for obj in run_role(render_dir.with_name("applied"), **EXTENDER_ON).objects()
+        if _ours(obj)
+    }
+    assert applied == set(ours)
