@@ -95,9 +95,7 @@ def test_the_simulated_node_round_trips_with_a_carved_instance_and_its_owner(
     assert all(not c.occupied and not c.owners for c in others)
 
 
-def test_a_grant_over_no_live_instance_owns_nothing(
-    sim: simnode.SimNode, short_tmp: Path
-) -> None:
+def test_a_grant_over_no_live_instance_owns_nothing(sim: simnode.SimNode, short_tmp: Path) -> None:
     # A grant left by a reboot: its instance is gone, so publishing it would claim a free span.
     harness = Harness(sim, short_tmp)
     pci = harness.node.cards()[0].pci
