@@ -203,7 +203,7 @@ def decode(text: object) -> Geometry:
     except (ValueError, RecursionError) as exc:
         raise GeometryError(f"geometry is not JSON: {str(exc)[:120]}") from None
     top = _object(doc, "geometry", {"v", "gen", "cards"})
-    if type(top["v"]) is not int or top["v"] != SCHEMA:
+    if not isinstance(top["v"], int) or isinstance(top["v"], bool) or top["v"] != SCHEMA:
         raise GeometryError(f"geometry schema {str(top['v'])[:20]!r} is not {SCHEMA}")
     generation = _int(top["gen"], "gen", 0, MAX_GENERATION)
     cards = tuple(

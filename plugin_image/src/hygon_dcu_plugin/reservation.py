@@ -74,7 +74,7 @@ def decode(text: object) -> Reservation:
     except (ValueError, RecursionError) as exc:
         raise ReservationError(f"the reservation is not JSON: {str(exc)[:120]}") from None
     top = _object(doc, "reservation", {"v", "node", "at", "containers"})
-    if type(top["v"]) is not int or top["v"] != SCHEMA:
+    if not isinstance(top["v"], int) or isinstance(top["v"], bool) or top["v"] != SCHEMA:
         raise ReservationError(f"reservation schema {str(top['v'])[:20]!r} is not {SCHEMA}")
     node = _name(top["node"], "node", _NAME_MAX)
     made_at = top["at"]

@@ -360,8 +360,8 @@ def test_a_memory_size_lands_on_each_models_smallest_covering_profile(kube: Kube
     limits = {FAMILY: "1", MEMORY_MIB: str(bw_memory)}
     kube.apply(extender_pod("size-x8", limits, {FAKE_GROUP: "x8"}))
     kube.apply(extender_pod("size-bw", limits, {FAKE_GROUP: "pack"}))
-    _, on_x8 = wait_for("size-x8 bound", lambda: bound(kube, "size-x8"), 120)
-    _, on_bw = wait_for("size-bw bound", lambda: bound(kube, "size-bw"), 120)
+    _node, on_x8 = wait_for("size-x8 bound", lambda: bound(kube, "size-x8"), 120)
+    _node, on_bw = wait_for("size-bw bound", lambda: bound(kube, "size-bw"), 120)
     # hypo-x8's 1-slice profile has 16368 MiB, 12 short of BW's 2g.15gb: its 2-slice one.
     assert [r.profile for r in on_x8.containers.values()] == ["2g.32gb"]
     assert [r.profile for r in on_bw.containers.values()] == ["2g.15gb"]

@@ -214,7 +214,7 @@ def test_no_change_writes_nothing_until_the_heartbeat(
         assert wait_until(lambda: len(world.writes()) == 1)
         created = time.monotonic()
         before = world.lease()
-        for _ in range(5):
+        for _round in range(5):
             world.publisher.notify()
             time.sleep(0.1)
         rounds = world.publisher.rounds
@@ -260,7 +260,7 @@ def test_an_outage_is_retried_with_backoff_logged_once_and_recovers(
     world.publisher.start()
     assert wait_until(lambda: len(server.lease_calls) >= 4)
     window_start = len(server.lease_calls)
-    for _ in range(100):  # notifications do not shorten the backoff
+    for _notify in range(100):  # notifications do not shorten the backoff
         world.publisher.notify()
         time.sleep(0.01)
     during_second = len(server.lease_calls) - window_start

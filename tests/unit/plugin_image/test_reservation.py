@@ -238,7 +238,7 @@ def _mutated(draw: st.DrawFn) -> str:
     """A well-formed document with a few fields replaced, added or removed."""
     doc = _doc()
     entry = dict(doc["containers"]["train"])
-    for _ in range(draw(st.integers(1, 3))):
+    for _entry in range(draw(st.integers(1, 3))):
         if draw(st.booleans()):
             target, key = entry, draw(_entry_keys)
         else:
@@ -261,7 +261,8 @@ def _decodes_or_refuses(text: str) -> None:
     assert isinstance(reservation.node, str) and isinstance(reservation.made_at, float)
     for name, reserved in reservation.containers.items():
         assert isinstance(name, str) and isinstance(reserved, Reserved)
-        assert type(reserved.start) is int and type(reserved.size) is int
+        assert isinstance(reserved.start, int) and not isinstance(reserved.start, bool)
+        assert isinstance(reserved.size, int) and not isinstance(reserved.size, bool)
     assert decode(encode(reservation)).containers == reservation.containers
 
 

@@ -329,7 +329,7 @@ def unaligned(
 
 def test_a_size_moves_up_when_the_smallest_has_no_free_placement(unaligned: Harness) -> None:
     profiles = _profiles(unaligned)
-    assert sorted(profiles) == sorted(name for name, *_ in _UNALIGNED)
+    assert sorted(profiles) == sorted(entry[0] for entry in _UNALIGNED)
     two, three = profiles["2s.32gb"], profiles["3s.48gb"]
     wanted = _size_limits(two.memory_mib)
     # Idle: the smallest covering profile.

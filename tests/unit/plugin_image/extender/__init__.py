@@ -1,1 +1,0 @@
-"""Tests of the scheduler extender (``hygon-dcu-plugin extender``, docs/dev/extender.md)."""
