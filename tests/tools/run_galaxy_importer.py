@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 import tempfile
 
 CONFIG = """\
@@ -26,6 +27,21 @@ PROBLEM = re.compile(
     r"(^ERROR|\bERROR:|ImporterError|^WARNING|\[E\d+\]|"
     r"\b[a-z-]+\[[a-z-]+\]: |:\d+:\d+: [EFW]\d+)"
 )
+
+
+# The molecule scenarios import this collection's own playbooks by name; the importer's
+# ansible-lint cannot resolve them because the collection is not installed where it looks (seen
+# on a fresh machine). Such a line is not a finding when the playbook is in the tarball.
+OWN_PLAYBOOK = re.compile(r"Failed to find hygon\.dcu\.(\w+) playbook")
+
+
+def _shipped_playbooks(tarball: str) -> set[str]:
+    with tarfile.open(tarball) as archive:
+        return {
+            os.path.basename(name)[: -len(".yml")]
+            for name in archive.getnames()
+            if name.startswith("playbooks/") and name.endswith(".yml")
+        }
 
 
 def main(tarball: str) -> int:
@@ -50,7 +66,13 @@ def main(tarball: str) -> int:
         )
     output = result.stdout + result.stderr
     print(output)
-    problems = [line for line in output.splitlines() if PROBLEM.search(line)]
+    shipped = _shipped_playbooks(tarball)
+    problems = [
+        line
+        for line in output.splitlines()
+        if PROBLEM.search(line)
+        and not ((own := OWN_PLAYBOOK.search(line)) and own.group(1) in shipped)
+    ]
     if result.returncode != 0:
         problems.append(f"galaxy-importer exited {result.returncode}")
     for line in problems:
