@@ -27,7 +27,6 @@ from hygon_dcu_plugin.webhook.server import (
 )
 from hygon_dcu_plugin.webhook.tls import CertificateReloader
 
-from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import ExtenderMetrics
 from .verbs import Extender
 from .wire import WireError, parse_args, parse_binding
@@ -37,7 +36,6 @@ log = logging.getLogger(__name__)
 DEFAULT_CERT = "/etc/hygon-dcu-extender/tls/tls.crt"
 DEFAULT_KEY = "/etc/hygon-dcu-extender/tls/tls.key"
 VERB_PATHS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
-_GET_PATHS = ("/healthz", "/metrics")
 
 
 class ExtenderServer(AdmissionServer):
@@ -71,69 +69,14 @@ class ExtenderServer(AdmissionServer):
 class ExtenderHandler(AdmissionHandler):
     server: ExtenderServer
     server_version = "hygon-dcu-extender"
+    post_paths = VERB_PATHS
+    service = "extender"
 
     def _health(self) -> tuple[HTTPStatus, str]:
         if self.server.draining.is_set():
             return HTTPStatus.SERVICE_UNAVAILABLE, "shutting down"
         healthy, why = self.server.extender.state.health()
         return (HTTPStatus.OK, "ok") if healthy else (HTTPStatus.SERVICE_UNAVAILABLE, why)
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            status, text = self._health()
-            self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
-        elif path == "/metrics":
-            body = self.server.metrics.render().encode()
-            self._send(HTTPStatus.OK, body, METRICS_CONTENT_TYPE)
-        elif path in VERB_PATHS:
-            self._method_not_allowed("POST")
-        else:
-            self._error(HTTPStatus.NOT_FOUND, "not-found", f"no endpoint at {path}")
-
-    def do_HEAD(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/healthz":
-            status = self._health()[0]
-        elif path == "/metrics":
-            status = HTTPStatus.OK
-        else:
-            status = HTTPStatus.NOT_FOUND
-        self.send_response(status)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def _allowed_methods(self) -> str:
-        return "POST" if self.path.split("?", 1)[0] in VERB_PATHS else "GET, HEAD"
-
-    def do_POST(self) -> None:
-        started = time.monotonic()
-        path = self.path.split("?", 1)[0]
-        verb = VERB_PATHS.get(path)
-        if verb is None:
-            if path in _GET_PATHS:
-                self._method_not_allowed("GET, HEAD")
-            else:
-                self._error(HTTPStatus.NOT_FOUND, "not-found", f"no endpoint at {path}")
-            return
-        media_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-        if media_type != "application/json":
-            self._error(
-                HTTPStatus.UNSUPPORTED_MEDIA_TYPE,
-                "wrong-content-type",
-                f"Content-Type {media_type or '(none)'!r} is not supported; send application/json",
-            )
-            return
-        length = self._body_length()
-        if length is None:
-            return
-        if not self.server.bodies.acquire(length, self.reader.remaining()):
-            self._busy("the extender holds as many request bodies as it may; retry")
-            return
-        try:
-            self._answer(verb, length, started)
-        finally:
-            self.server.bodies.release(length)
 
     def _answer(self, verb: str, length: int, started: float) -> None:
         body = self._read_body(length)

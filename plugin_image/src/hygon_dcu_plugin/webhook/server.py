@@ -31,7 +31,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
@@ -199,6 +199,10 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     server_version = "hygon-dcu-admission"
     sys_version = ""
     reader: ConnectionReader
+    # What is POSTed where (handed to _answer), and the name busy answers give the server.
+    # A server serving other paths (the extender) sets its own and its own _answer.
+    post_paths: Mapping[str, str] = {VALIDATE_PATH: "review"}
+    service = "webhook"
 
     def setup(self) -> None:
         super().setup()
@@ -252,28 +256,30 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         self.close_connection = True
         self._error(status, "bad-http", message or status.phrase)
 
+    def _health(self) -> tuple[HTTPStatus, str]:
+        """The /healthz answer: failing while draining, so the endpoint leaves the Service."""
+        if self.server.draining.is_set():
+            return HTTPStatus.SERVICE_UNAVAILABLE, "shutting down"
+        return HTTPStatus.OK, "ok"
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/healthz":
-            if self.server.draining.is_set():
-                self._send(
-                    HTTPStatus.SERVICE_UNAVAILABLE, b"shutting down\n", "text/plain; charset=utf-8"
-                )
-            else:
-                self._send(HTTPStatus.OK, b"ok\n", "text/plain; charset=utf-8")
+            status, text = self._health()
+            self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
         elif path == "/metrics":
             body = self.server.metrics.render().encode()
             self._send(HTTPStatus.OK, body, METRICS_CONTENT_TYPE)
-        elif path == VALIDATE_PATH:
+        elif path in self.post_paths:
             self._method_not_allowed("POST")
         else:
             self._error(HTTPStatus.NOT_FOUND, "not-found", f"no endpoint at {path}")
 
     def do_HEAD(self) -> None:
         path = self.path.split("?", 1)[0]
-        if path == "/healthz" and self.server.draining.is_set():
-            status = HTTPStatus.SERVICE_UNAVAILABLE
-        elif path in ("/healthz", "/metrics"):
+        if path == "/healthz":
+            status = self._health()[0]
+        elif path == "/metrics":
             status = HTTPStatus.OK
         else:
             status = HTTPStatus.NOT_FOUND
@@ -284,7 +290,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         started = time.monotonic()
         path = self.path.split("?", 1)[0]
-        if path != VALIDATE_PATH:
+        target = self.post_paths.get(path)
+        if target is None:
             if path in ("/healthz", "/metrics"):
                 self._method_not_allowed("GET, HEAD")
             else:
@@ -302,14 +309,15 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         if length is None:
             return
         if not self.server.bodies.acquire(length, self.reader.remaining()):
-            self._busy("the webhook holds as many request bodies as it may; retry")
+            self._busy(f"the {self.service} holds as many request bodies as it may; retry")
             return
         try:
-            self._review(length, started)
+            self._answer(target, length, started)
         finally:
             self.server.bodies.release(length)
 
-    def _review(self, length: int, started: float) -> None:
+    def _answer(self, target: str, length: int, started: float) -> None:
+        """Read, check and answer the body POSTed to ``target`` (a value of post_paths)."""
         body = self._read_body(length)
         if body is None:
             return
@@ -369,7 +377,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     do_OPTIONS = do_PUT
 
     def _allowed_methods(self) -> str:
-        return "POST" if self.path.split("?", 1)[0] == VALIDATE_PATH else "GET, HEAD"
+        return "POST" if self.path.split("?", 1)[0] in self.post_paths else "GET, HEAD"
 
     def _body_length(self) -> int | None:
         """The announced body length if it is acceptable; else answers and returns None."""
