@@ -11,15 +11,12 @@ import argparse
 import logging
 import math
 import os
-import signal
-import threading
-from types import FrameType
 
 from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.config import kube_name_problem
 from hygon_dcu_plugin.vocabulary import SCHEDULER_NAME
 from hygon_dcu_plugin.webhook import malloc_tuning
-from hygon_dcu_plugin.webhook.server import DEFAULT_MAX_CONNECTIONS
+from hygon_dcu_plugin.webhook.server import DEFAULT_MAX_CONNECTIONS, stop_on_signals
 from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
 
 from .client_auth import ClientVerifyingReloader
@@ -210,17 +207,7 @@ def main(argv: list[str]) -> int:
         )
         return 2
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        delay = 0.0 if server.draining.is_set() else options.shutdown_delay_seconds
-        server.draining.set()
-        log.info("stopping", extra={"signal": signal.Signals(signum).name, "delay_seconds": delay})
-        # shutdown() waits for serve_forever to return: call it off the serving thread.
-        timer = threading.Timer(delay, server.shutdown)
-        timer.daemon = True
-        timer.start()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(server, options.shutdown_delay_seconds)
     state.start()
     host, port = server.server_address[:2]
     log.info(

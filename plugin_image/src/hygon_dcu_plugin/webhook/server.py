@@ -585,6 +585,23 @@ def serve(
     )
 
 
+def stop_on_signals(server: AdmissionServer, delay_seconds: float) -> None:
+    """SIGTERM or SIGINT: drain (/healthz fails) for ``delay_seconds``, then shut down; a
+    second signal shuts down at once."""
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        delay = 0.0 if server.draining.is_set() else delay_seconds
+        server.draining.set()
+        log.info("stopping", extra={"signal": signal.Signals(signum).name, "delay_seconds": delay})
+        # shutdown() waits for serve_forever to return: call it off the serving thread.
+        timer = threading.Timer(delay, server.shutdown)
+        timer.daemon = True
+        timer.start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def main(argv: list[str]) -> int:
     try:
         options = build_parser().parse_args(argv)
@@ -628,17 +645,7 @@ def main(argv: list[str]) -> int:
         )
         return 2
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        delay = 0.0 if server.draining.is_set() else options.shutdown_delay_seconds
-        server.draining.set()
-        log.info("stopping", extra={"signal": signal.Signals(signum).name, "delay_seconds": delay})
-        # shutdown() waits for serve_forever to return: call it off the serving thread.
-        timer = threading.Timer(delay, server.shutdown)
-        timer.daemon = True
-        timer.start()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    stop_on_signals(server, options.shutdown_delay_seconds)
     host, port = server.server_address[:2]
     log.info("listening", extra={"address": str(host), "port": int(port), "path": VALIDATE_PATH})
     try:
