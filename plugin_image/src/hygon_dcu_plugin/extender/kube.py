@@ -262,6 +262,19 @@ class KubernetesExtenderApi:
             if not isinstance(token, str) or not token:
                 return
 
+    def _read(
+        self, what: str, read: Callable[..., Any], namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        """One object as JSON, or None when the API server says it does not exist."""
+        obj: dict[str, Any] | None = _request(
+            what,
+            lambda: _json(
+                read(name, namespace, _preload_content=False, _request_timeout=self._timeout)
+            ),
+            not_found=None,
+        )
+        return obj
+
     def list_geometry_leases(self, namespace: str) -> list[LeaseInfo]:
         selector = GEOMETRY_SELECTOR
         leases = []
@@ -280,15 +293,7 @@ class KubernetesExtenderApi:
 
     def get_lease(self, namespace: str, name: str) -> LeaseInfo | None:
         what = f"get geometry lease {namespace}/{name}"
-        obj = _request(
-            what,
-            lambda: _json(
-                self._coordination.read_namespaced_lease(
-                    name, namespace, _preload_content=False, _request_timeout=self._timeout
-                )
-            ),
-            not_found=None,
-        )
+        obj = self._read(what, self._coordination.read_namespaced_lease, namespace, name)
         if obj is None:
             return None
         lease = lease_from_json(obj)
@@ -312,15 +317,7 @@ class KubernetesExtenderApi:
 
     def get_pod(self, namespace: str, name: str) -> PodInfo | None:
         what = f"get pod {namespace}/{name}"
-        obj = _request(
-            what,
-            lambda: _json(
-                self._core.read_namespaced_pod(
-                    name, namespace, _preload_content=False, _request_timeout=self._timeout
-                )
-            ),
-            not_found=None,
-        )
+        obj = self._read(what, self._core.read_namespaced_pod, namespace, name)
         if obj is None:
             return None
         pod = pod_from_json(obj)
