@@ -54,7 +54,41 @@ def lease_problem(lease: dict[str, Any]) -> str | None:
     return problems[0] if problems else None
 
 
-class FakeApiServer:
+class LocalApiServer:
+    """What every fake API server of these tests shares: an HTTP server on 127.0.0.1
+    (``self.http``, served by ``self.thread``) and a kubeconfig that points at it."""
+
+    http: ThreadingHTTPServer
+    thread: threading.Thread
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.http.server_address[1]}"
+
+    def kubeconfig(self, path: Path) -> Path:
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "fake",
+                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+                    "users": [{"name": "fake", "user": {"token": "fake"}}],
+                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+                }
+            )
+        )
+        return path
+
+
+class FakeApiServer(LocalApiServer):
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
         self.patches: list[tuple[str, dict[str, Any]]] = []
@@ -261,32 +295,6 @@ class FakeApiServer:
         with self.lock:
             stored = self.leases.get(f"{namespace}/{name}")
             return None if stored is None else json.loads(json.dumps(stored))
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}"
-
-    def kubeconfig(self, path: Path) -> Path:
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "fake",
-                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "fake", "user": {"token": "fake"}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                }
-            )
-        )
-        return path
 
     def add_pod(
         self,

@@ -19,10 +19,10 @@ import threading
 import uuid
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fake_apiserver import LocalApiServer
 from fake_kube import annotation_key_problem
 from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION, GEOMETRY_LABEL
 
@@ -49,7 +49,8 @@ def _micro_time(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-class FakeCluster:
+# fake_apiserver is found through pytest's path only, so mypy sees it as Any (pyproject.toml).
+class FakeCluster(LocalApiServer):  # type: ignore[misc]
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self._versions = itertools.count(100)
@@ -110,33 +111,6 @@ class FakeCluster:
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True
         self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-
-    # lifecycle ----------------------------------------------------------------------------
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.http.shutdown()
-        self.http.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.http.server_address[1]}"
-
-    def kubeconfig(self, path: Path) -> Path:
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "current-context": "fake",
-                    "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-                    "users": [{"name": "fake", "user": {"token": "fake"}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-                }
-            )
-        )
-        return path
 
     # what tests set up --------------------------------------------------------------------
     def _version(self) -> str:
