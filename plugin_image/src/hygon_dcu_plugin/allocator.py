@@ -37,7 +37,7 @@ from .identify import Target, identify
 from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from .locks import Locks
 from .metrics import Metrics
-from .placement import PACK, CardView, Choice, choose, slices_of
+from .placement import PACK, CardView, Choice, choose, choose_size, size_candidates, slices_of
 from .podresources import PodLister, PodResourcesError
 from .request import (
     PartitionRequest,
@@ -129,9 +129,7 @@ def _by_size(
 ) -> Choice[Profile]:
     """The smallest covering profile that has a free placement (the extender's rule too,
     docs/dev/extender.md), placed by the policy among the cards where that profile covers."""
-    names = list(
-        dict.fromkeys(p.name for p in request.smallest(p for v in views for p in v.profiles))
-    )
+    names = size_candidates(views, request)
     if not names:
         offered = {p.name: p for v in views for p in v.profiles}
         shown = ", ".join(f"{n} ({_figures(p)})" for n, p in sorted(offered.items()))
@@ -140,12 +138,9 @@ def _by_size(
             f"no profile on this node has at least {request.describe()}; offered: "
             f"{shown or 'none (is partition mode on?)'}. Request a smaller size",
         )
-    for name in names:
-        # A profile of one name could differ between cards of different models.
-        covering = [v for v in views if (p := v.profile(name)) is not None and request.covers(p)]
-        choice = choose(covering, name, policy)
-        if choice is not None:
-            return choice
+    choice = choose_size(views, request, policy)
+    if choice is not None:
+        return choice
     raise RequestRefused(
         AllocateRefusal.NO_CAPACITY,
         f"no free partition of at least {request.describe()} on this node (tried "

@@ -27,6 +27,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.node import (
     free_placements as free_spans,
 )
 
+from .request import SizeRequest
 from .vocabulary import PACK, POLICIES, SPREAD
 
 if TYPE_CHECKING:
@@ -44,10 +45,12 @@ __all__ = [
     "ProfileLike",
     "card_option",
     "choose",
+    "choose_size",
     "free_placements",
     "max_remaining",
     "occupied_by",
     "remaining",
+    "size_candidates",
     "slices_of",
 ]
 
@@ -63,6 +66,16 @@ class ProfileLike(Protocol):
     def placements(self) -> Sequence[PlacementLike]: ...
 
 
+class SizedProfileLike(ProfileLike, Protocol):
+    """A profile with the figures a size request is matched against."""
+
+    @property
+    def memory_mib(self) -> int: ...
+
+    @property
+    def cu_count(self) -> int: ...
+
+
 # The caller's profile type. The default (PEP 696) keeps a bare ``CardView`` meaning
 # ``CardView[ProfileLike]``; only the type checker sees it (typing.TypeVar has no default
 # before Python 3.13).
@@ -71,6 +84,7 @@ if TYPE_CHECKING:
 else:
     P_co = TypeVar("P_co", bound=ProfileLike, covariant=True)
 P = TypeVar("P", bound=ProfileLike)
+S = TypeVar("S", bound=SizedProfileLike)
 
 
 @dataclass(frozen=True)
@@ -173,3 +187,24 @@ def choose(cards: Sequence[CardView[P]], profile_name: str, policy: str = PACK) 
     if not fitting:
         return None
     return min(fitting, key=lambda item: item[:2])[2]
+
+
+def size_candidates(cards: Sequence[CardView[S]], request: SizeRequest) -> list[str]:
+    """The names of the profiles any card offers that cover the request, smallest first."""
+    return list(
+        dict.fromkeys(p.name for p in request.smallest(p for c in cards for p in c.profiles))
+    )
+
+
+def choose_size(
+    cards: Sequence[CardView[S]], request: SizeRequest, policy: str = PACK
+) -> Choice[S] | None:
+    """Card and placement for a size request: the smallest covering profile that has a free
+    placement, among the cards where that profile covers (cards of two models may give one
+    name different figures). The allocator and the scheduler extender both decide by it."""
+    for name in size_candidates(cards, request):
+        covering = [c for c in cards if (p := c.profile(name)) is not None and request.covers(p)]
+        choice = choose(covering, name, policy)
+        if choice is not None:
+            return choice
+    return None

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..geometry import Geometry, GeoProfile, card_views
-from ..placement import PACK, CardView, choose, slices_of
+from ..placement import PACK, CardView, Choice, choose, choose_size, size_candidates, slices_of
 from ..request import PartitionRequest, ProfileRequest, SizeRequest
 
 BINPACK = "binpack"
@@ -73,10 +73,18 @@ def _order(
     return sorted(requests, key=width, reverse=True)
 
 
-def _candidates(request: PartitionRequest, profiles: list[GeoProfile]) -> list[str]:
+def _choice(
+    views: list[CardView[GeoProfile]], request: PartitionRequest
+) -> Choice[GeoProfile] | str | None:
+    """The allocator's choice for the request (placement.choose, choose_size), or why no
+    profile of the node can serve it."""
     if isinstance(request, ProfileRequest):
-        return [request.profile] if any(p.name == request.profile for p in profiles) else []
-    return [p.name for p in request.smallest(profiles)]
+        if not any(v.profile(request.profile) for v in views):
+            return f"no profile on this node covers {_want(request)}"
+        return choose(views, request.profile, PACK)
+    if not size_candidates(views, request):
+        return f"no profile on this node covers {_want(request)}"
+    return choose_size(views, request, PACK)
 
 
 def _want(request: PartitionRequest) -> str:
@@ -94,18 +102,16 @@ def place(state: NodeState, requests: Sequence[tuple[str, PartitionRequest]]) ->
     profiles = state.geometry.profiles()
     assignments: list[Assignment] = []
     for container, request in _order(requests, profiles):
-        names = _candidates(request, profiles)
-        if not names:
-            return NotPlaced(f"no profile on this node covers {_want(request)}")
-        for name in names:
-            choice = choose(views, name, PACK)
-            if choice is not None:
-                break
-        else:
+        choice = _choice(views, request)
+        if isinstance(choice, str):
+            return NotPlaced(choice)
+        if choice is None:
             return NotPlaced(f"no free placement for {_want(request)} (container {container})")
         placement = choice.placement
         assignments.append(
-            Assignment(container, choice.card.pci, name, placement.start, placement.size)
+            Assignment(
+                container, choice.card.pci, choice.profile.name, placement.start, placement.size
+            )
         )
         taken = slices_of(placement.start, placement.size)
         views = [v if v.index != choice.card.index else _with(v, taken) for v in views]
