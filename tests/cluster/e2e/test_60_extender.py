@@ -221,14 +221,37 @@ def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
 
     freed = next(n for n in running if n.startswith("burst-4g"))
     kube.delete_pod(freed)
-    wait_for(
-        f"{pending[0]} Running once {freed} freed its partition",
-        lambda: (p := kube.pod(pending[0])) is not None and p["status"].get("phase") == "Running",
-        180,
-    )
+    try:
+        wait_for(
+            f"{pending[0]} Running once {freed} freed its partition",
+            lambda: (
+                (p := kube.pod(pending[0])) is not None and p["status"].get("phase") == "Running"
+            ),
+            180,
+        )
+    except pytest.fail.Exception as failed:
+        pytest.fail(f"{failed}\n{why_pending(kube, pending[0], cluster_sim)}")
     assert all(p["status"].get("phase") != "Failed" for p in pods(kube))
     delete_all(kube)
     wait_for("every burst instance destroyed", lambda: not cluster_sim.live_uuids(), 120)
+
+
+def why_pending(kube: Kube, name: str, cluster_sim: SimNode) -> str:
+    """What the scheduler, the extender and the node said, for a pod that did not run."""
+    pod = kube.pod(name) or {}
+    events = [f"{e.get('reason')}: {e.get('message')}" for e in kube.events_for(name)[-5:]]
+    shape = published(kube, kube.node)
+    cards = [
+        (c.pci, sorted(c.occupied), [(o.start, o.size) for o in c.owners])
+        for c in (shape.cards if shape else ())
+    ]
+    status = cluster_sim.status()
+    return (
+        f"pod: nodeName={pod.get('spec', {}).get('nodeName')} status={pod.get('status')}\n"
+        f"events: {events}\nlease: {lease(kube, kube.node)}\ngeometry cards: {cards}\n"
+        f"driver: {len(status.gpu_instances)} GPU instances, "
+        f"{len(status.compute_instances)} compute instances"
+    )
 
 
 # --- 2. API-only nodes: binpack, spread, sizes --------------------------------------------------
