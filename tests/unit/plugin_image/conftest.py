@@ -3,6 +3,7 @@ plugin's runtime wired to it with a fake API server and an in-memory kubelet vie
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,6 +12,17 @@ from pathlib import Path
 import pytest
 import simnode
 from plugin_harness import Harness, make_node
+
+
+@pytest.fixture(autouse=True)
+def root_logging() -> Iterator[None]:
+    """The programs' main() configure the root logger (logs.setup): put it back after every
+    test, so no test's log capture depends on which tests ran before it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

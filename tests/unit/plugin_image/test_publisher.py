@@ -144,6 +144,13 @@ def world(server: FakeApiServer, tmp_path: Path) -> Iterator[World]:
     made.publisher.stop()
 
 
+@pytest.fixture(autouse=True)
+def publisher_logs(caplog: pytest.LogCaptureFixture) -> None:
+    # The publisher's own level, so what these tests read of its log does not hang on the
+    # root logger's level.
+    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.publisher")
+
+
 def records(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[logging.LogRecord]:
     return [
         r

@@ -78,7 +78,8 @@ class ExtenderHandler(AdmissionHandler):
         healthy, why = self.server.extender.state.health()
         return (HTTPStatus.OK, "ok") if healthy else (HTTPStatus.SERVICE_UNAVAILABLE, why)
 
-    def _answer(self, verb: str, length: int, started: float) -> None:
+    def _answer(self, target: str, length: int, started: float) -> None:
+        verb = target  # a value of VERB_PATHS
         body = self._read_body(length)
         if body is None:
             return

@@ -4,13 +4,11 @@ server, JSON logs, its refresh thread, SIGTERM; and the flags it refuses."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -119,17 +117,6 @@ def test_the_process_serves_refreshes_binds_and_stops_on_sigterm(
     assert events[-1]["msg"] == "stopped"
 
 
-@pytest.fixture
-def root_logging() -> Iterator[None]:
-    """main() configures the root logger (logs.setup); put it back for the tests after."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.mark.usefixtures("root_logging")
 @pytest.mark.parametrize(
     ("flags", "says"),
     [

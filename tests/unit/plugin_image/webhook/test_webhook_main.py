@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,17 +96,6 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
     assert events[-1]["msg"] == "stopped"
 
 
-@pytest.fixture
-def root_logging() -> Iterator[None]:
-    """main() configures the root logger (logs.setup); put it back for the tests after."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.mark.usefixtures("root_logging")
 def test_missing_certificate_exits_2_with_a_clear_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
