@@ -8,6 +8,7 @@ role deploys (the tier's own kube-scheduler build, as an image; docs/extender.md
   Leases (the real scheduler filters and scores them; no kubelet ever admits their pods):
   binpack, spread, and a memory size landing on each card model's smallest covering profile.
 - 32 pods at once never reserve one slice twice.
+- The webhook refuses at creation a size no published profile covers.
 
 Starts from any earlier module's state; enables partitioning itself. Leaves: partition mode on,
 the plugin Ready, the extender and the second scheduler deployed, no pod and no API-only node.
@@ -388,6 +389,43 @@ def test_a_memory_size_lands_on_each_models_smallest_covering_profile(kube: Kube
     # hypo-x8's 1-slice profile has 16368 MiB, 12 short of BW's 2g.15gb: its 2-slice one.
     assert [r.profile for r in on_x8.containers.values()] == ["2g.32gb"]
     assert [r.profile for r in on_bw.containers.values()] == ["2g.15gb"]
+
+
+def published_largest(kube: Kube) -> geometry.GeoProfile:
+    """The largest profile of every geometry Lease now published (the real node's and the
+    API-only nodes' of this module)."""
+    leases = kube.json("get", "leases", "-n", NAMESPACE, "-l", GEOMETRY_LABEL)["items"]
+    texts = [item["metadata"].get("annotations", {}).get(GEOMETRY_ANNOTATION) for item in leases]
+    profiles = [p for text in texts if text for p in geometry.decode(text).profiles()]
+    assert profiles, f"no geometry Lease in {NAMESPACE}"
+    return max(profiles, key=lambda p: (p.memory_mib, p.cu_count))
+
+
+def test_a_size_no_node_offers_is_refused_at_creation(kube: Kube) -> None:
+    # The webhook lists the same Leases (its Role: list leases in the plugins' namespace): a
+    # pod no node could ever place is not created at all, rather than left Pending for good.
+    largest = published_largest(kube)
+    name = "size-too-big"
+    pod = extender_pod(name, {FAMILY: "1", MEMORY_MIB: str(largest.memory_mib + 1)}, {})
+
+    def refused() -> str | None:
+        done = kube.apply(pod, check=False)
+        if done.returncode == 0:
+            # Admitted: the webhook had no evidence yet (it lists every 30 s). Try again.
+            kube.run("delete", "pod", "-n", WORKLOAD_NAMESPACE, name, "--wait=false", check=False)
+            return None
+        assert "no node offers" in done.stderr, done.stderr
+        # The Lease of the last API-only node may be younger than the webhook's last list.
+        return (
+            done.stderr if f"{largest.name} with {largest.memory_mib} MiB" in done.stderr else None
+        )
+
+    wait_for("the webhook refusing a size no node offers, naming the largest", refused, 90, 5)
+    # ... while the largest size itself is admitted (and stays Pending: no node has it free)
+    fits = extender_pod("size-largest", {FAMILY: "1", MEMORY_MIB: str(largest.memory_mib)}, {})
+    fits["spec"]["nodeSelector"] = {FAKE_GROUP: "none"}
+    kube.apply(fits)
+    delete_all(kube)
 
 
 def test_spread_picks_the_emptiest_node(kube: Kube, playbooks: Playbooks) -> None:

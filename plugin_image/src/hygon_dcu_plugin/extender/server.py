@@ -17,7 +17,6 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from hygon_dcu_plugin.webhook.review import BadReview, BodyTooCostly, parse_body
 from hygon_dcu_plugin.webhook.server import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
@@ -80,24 +79,11 @@ class ExtenderHandler(AdmissionHandler):
 
     def _answer(self, target: str, length: int, started: float) -> None:
         verb = target  # a value of VERB_PATHS
-        body = self._read_body(length)
-        if body is None:
+        document = self._parsed(
+            length, "the extender is busy reading other requests; retry", lambda parsed: parsed
+        )
+        if document is None:
             return
-        if not self.server.parse_lock.acquire(timeout=self.reader.remaining()):
-            self._busy("the extender is busy reading other requests; retry")
-            return
-        try:
-            document = parse_body(body, self.server.parse_budget)
-        except BodyTooCostly as error:
-            self.close_connection = True
-            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error.reason, error.message)
-            return
-        except BadReview as error:
-            self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
-            return
-        finally:
-            self.server.parse_lock.release()
-        del body
         extender = self.server.extender
         try:
             if verb == "bind":

@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 # A Lease's annotation texts; raises on any failure to list.
 Lister = Callable[[], Iterable[str]]
 
+# (apiGroup, resource, verb) of the one call lease_lister makes, in the plugins' namespace
+# only: the role's admission Role grants exactly this (a unit test compares them).
+WEBHOOK_LEASE_ACCESS: tuple[tuple[str, str, str], ...] = (
+    ("coordination.k8s.io", "leases", "list"),
+)
+
 
 class OfferedProfiles:
     def __init__(
@@ -90,7 +96,8 @@ class OfferedProfiles:
 
 def lease_lister(namespace: str, label_selector: str, timeout: float = 10.0) -> Lister:
     """The real lister: the Leases' geometry annotations through the in-cluster client.
-    Imported here only: without --geometry-namespace the webhook loads no Kubernetes client."""
+    Imported here only: without --geometry-namespace the webhook loads no Kubernetes client.
+    Raises kubernetes.config.ConfigException outside a pod with a service account token."""
     from kubernetes import client, config  # noqa: PLC0415
 
     from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION  # noqa: PLC0415

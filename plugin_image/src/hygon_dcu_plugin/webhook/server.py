@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.webhook import malloc_tuning
@@ -53,6 +53,8 @@ from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
 
 if TYPE_CHECKING:
     from hygon_dcu_plugin.webhook.offered import OfferedProfiles
+
+Parsed = TypeVar("Parsed")
 
 log = logging.getLogger(__name__)
 
@@ -316,34 +318,43 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         finally:
             self.server.bodies.release(length)
 
-    def _answer(self, target: str, length: int, started: float) -> None:
-        """Read, check and answer the body POSTed to ``target`` (a value of post_paths)."""
+    def _parsed(self, length: int, busy: str, work: Callable[[Any], Parsed]) -> Parsed | None:
+        """Read the body, parse it and hand the document to ``work``, all under the server's
+        parse lock (see AdmissionServer); None once a refusal or an error has been answered."""
         body = self._read_body(length)
         if body is None:
-            return
+            return None
         if not self.server.parse_lock.acquire(timeout=self.reader.remaining()):
-            self._busy("the webhook is busy checking other pods; retry")
-            return
+            self._busy(busy)
+            return None
         try:
-            decision = decide(parse_body(body, self.server.parse_budget), self.server.offered())
+            return work(parse_body(body, self.server.parse_budget))
         except BodyTooCostly as error:
             self.close_connection = True
             self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, error.reason, error.message)
-            return
         except BadReview as error:
             self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
-            return
         except Exception:  # a bug here must still answer, never drop the connection
-            log.error("review_failed", exc_info=True)
+            log.error("request_failed", extra={"service": self.service}, exc_info=True)
             self._error(
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 "internal-error",
-                "the webhook failed to check this pod; see its log",
+                f"the {self.service} failed to read this request; see its log",
             )
-            return
         finally:
             self.server.parse_lock.release()
-        del body
+        return None
+
+    def _answer(self, target: str, length: int, started: float) -> None:
+        """Read, check and answer the body POSTed to ``target`` (a value of post_paths)."""
+        offered = self.server.offered()
+        decision = self._parsed(
+            length,
+            "the webhook is busy checking other pods; retry",
+            lambda document: decide(document, offered),
+        )
+        if decision is None:
+            return
         self.server.metrics.review(decision.allowed, decision.rules)
         # Rules in the order their first violation was found.
         rules = list(dict.fromkeys(violation.rule.value for violation in decision.violations))
@@ -602,6 +613,40 @@ def stop_on_signals(server: AdmissionServer, delay_seconds: float) -> None:
     signal.signal(signal.SIGINT, stop)
 
 
+def start_offered(namespace: str, refresh_seconds: float) -> OfferedProfiles | None:
+    """Start reading the geometry Leases of ``namespace`` ('' : no such check). Without a
+    service account token the webhook still serves, without the check: crash-looping would
+    refuse every partition pod (failurePolicy Fail) for want of one optional check."""
+    if not namespace:
+        return None
+    # Loaded only when asked: the geometry reader brings the node layer and the client.
+    from kubernetes.config import ConfigException  # noqa: PLC0415
+
+    from hygon_dcu_plugin.vocabulary import GEOMETRY_SELECTOR  # noqa: PLC0415
+    from hygon_dcu_plugin.webhook.offered import (  # noqa: PLC0415
+        OfferedProfiles,
+        lease_lister,
+    )
+
+    try:
+        lister = lease_lister(namespace, GEOMETRY_SELECTOR)
+    except ConfigException as error:
+        log.error(
+            "geometry_check_off",
+            extra={
+                "error": str(error)[:300],
+                "fix": "mount the service account token (automountServiceAccountToken) and "
+                "grant list on leases in that namespace, or drop --geometry-namespace",
+            },
+        )
+        return None
+    offered = OfferedProfiles(
+        lister, refresh_seconds=refresh_seconds, fresh_seconds=4 * refresh_seconds
+    )
+    offered.start()
+    return offered
+
+
 def main(argv: list[str]) -> int:
     try:
         options = build_parser().parse_args(argv)
@@ -610,21 +655,7 @@ def main(argv: list[str]) -> int:
     logs.setup(options.log_level)
     if not malloc_tuning.tune():
         log.warning("malloc_not_tuned", extra={"detail": "no glibc mallopt; memory may grow"})
-    offered: OfferedProfiles | None = None
-    if options.geometry_namespace:
-        # Loaded only when asked: the geometry reader brings the node layer and the client.
-        from hygon_dcu_plugin.vocabulary import GEOMETRY_SELECTOR  # noqa: PLC0415
-        from hygon_dcu_plugin.webhook.offered import (  # noqa: PLC0415
-            OfferedProfiles,
-            lease_lister,
-        )
-
-        offered = OfferedProfiles(
-            lease_lister(options.geometry_namespace, GEOMETRY_SELECTOR),
-            refresh_seconds=options.geometry_refresh_seconds,
-            fresh_seconds=4 * options.geometry_refresh_seconds,
-        )
-        offered.start()
+    offered = start_offered(options.geometry_namespace, options.geometry_refresh_seconds)
     try:
         server = serve(
             options.address,

@@ -63,6 +63,11 @@ RENDER_SETS: dict[str, dict[str, Any]] = {
         "hygon_dcu_admission_image": IMAGE,
         "hygon_dcu_admission_ca_inject_from": "hygon-dcu-system/hygon-dcu-admission",
     },
+    # The geometry check off: no token, no account of its own.
+    "no-geometry": {
+        "hygon_dcu_admission_image": IMAGE,
+        "hygon_dcu_admission_geometry_namespace": "",
+    },
     "no-ca": {"hygon_dcu_admission_image": IMAGE},
     "no-image": {},  # + the CA
 }
@@ -76,6 +81,7 @@ def renders(tmp_path_factory: pytest.TempPathFactory, authority: Authority) -> d
     variables = {name: dict(values) for name, values in RENDER_SETS.items()}
     variables["defaults"]["hygon_dcu_admission_ca_bundle"] = pem
     variables["no-image"]["hygon_dcu_admission_ca_bundle"] = pem
+    variables["no-geometry"]["hygon_dcu_admission_ca_bundle"] = pem
     variables["custom"]["hygon_dcu_admission_ca_bundle"] = base64.b64encode(authority.pem).decode()
     started = {name: start_render(base / name, values) for name, values in variables.items()}
     return {name: finish_render(base / name, process) for name, process in started.items()}

@@ -8,6 +8,7 @@ import importlib
 from typing import Any
 
 import pytest
+from hygon_dcu_plugin.webhook.offered import WEBHOOK_LEASE_ACCESS
 from hygon_dcu_plugin.webhook.server import VALIDATE_PATH, build_parser
 from webhook_support import Authority, Rendered
 
@@ -16,7 +17,7 @@ from webhook_support import Authority, Rendered
 kubernetes_validate = importlib.import_module("kubernetes_validate")
 
 VERSIONS = [f"1.{minor}" for minor in range(28, 38)]
-VALID_SETS = ["defaults", "custom", "cert-manager"]
+VALID_SETS = ["defaults", "custom", "cert-manager", "no-geometry"]
 
 
 @pytest.mark.parametrize("render_set", VALID_SETS)
@@ -24,7 +25,7 @@ VALID_SETS = ["defaults", "custom", "cert-manager"]
 def test_schemas_strict(renders: dict[str, Rendered], render_set: str, version: str) -> None:
     rendered = renders[render_set]
     assert rendered.returncode == 0, rendered.output
-    assert len(rendered.documents) == 4
+    assert len(rendered.documents) == 7
     for name, document in rendered.documents.items():
         try:
             used = kubernetes_validate.validate(document, f"{version}.0", strict=True)
@@ -104,7 +105,6 @@ def test_pod_is_locked_down(renders: dict[str, Rendered], render_set: str) -> No
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
     assert pod_spec["securityContext"]["runAsUser"] != 0
     assert pod_spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
-    assert pod_spec["automountServiceAccountToken"] is False
     security = pod_spec["containers"][0]["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
@@ -136,6 +136,45 @@ def test_webhook_fails_closed_for_pod_create_only(
     assert deployment["metadata"]["namespace"] in selector["values"]
     (condition,) = webhook["matchConditions"]
     assert condition["name"] == "requests-hygon-resource"
+
+
+@pytest.mark.parametrize("render_set", ["defaults", "custom"])
+def test_the_pods_token_lists_the_geometry_leases_of_its_namespace_only(
+    renders: dict[str, Rendered], render_set: str
+) -> None:
+    documents = renders[render_set].documents
+    deployment = documents["deployment"]
+    namespace, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+    pod_spec = deployment["spec"]["template"]["spec"]
+    assert pod_spec["automountServiceAccountToken"] is True
+    assert pod_spec["serviceAccountName"] == name
+    options = build_parser().parse_args(pod_spec["containers"][0]["args"])
+    assert options.geometry_namespace == namespace
+    account, role, binding = (documents[k] for k in ("serviceaccount", "role", "rolebinding"))
+    for obj in (account, role, binding):
+        assert (obj["metadata"]["namespace"], obj["metadata"]["name"]) == (namespace, name)
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    assert granted == set(WEBHOOK_LEASE_ACCESS)
+    assert all("resourceNames" not in rule for rule in role["rules"])
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": name,
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+
+
+def test_without_the_geometry_check_the_pods_carry_no_token(renders: dict[str, Rendered]) -> None:
+    pod_spec = renders["no-geometry"].documents["deployment"]["spec"]["template"]["spec"]
+    assert pod_spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod_spec
+    assert build_parser().parse_args(pod_spec["containers"][0]["args"]).geometry_namespace == ""
 
 
 def _name_selector(webhook: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ geometry texts go through the real codec, and the verdict through the real HTTPS
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from hygon_dcu_plugin import geometry
 from hygon_dcu_plugin.request import Reason
 from hygon_dcu_plugin.webhook.offered import OfferedProfiles
 from hygon_dcu_plugin.webhook.rules import check_pod
+from hygon_dcu_plugin.webhook.server import start_offered
 from webhook_pod_cases import FAMILY, container, pod
 from webhook_support import Authority, admission_review, serving
 
@@ -127,3 +129,18 @@ def test_the_https_server_refuses_with_the_published_profiles(
 def test_a_size_out_of_range_is_refused_for_its_shape_first(memory: int) -> None:
     (violation,) = check_pod(size_pod(memory), offered("c3000-bw").profiles())
     assert violation.reason is Reason.SIZE_OUT_OF_RANGE
+
+
+def test_without_a_service_account_the_webhook_serves_without_the_check(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The real in-cluster loader, outside a pod: no service host, no token. Crash-looping
+    # behind failurePolicy Fail would refuse every partition pod; the check is skipped instead.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
+    caplog.set_level(logging.ERROR, logger="hygon_dcu_plugin.webhook.server")
+    assert start_offered("hygon-dcu-system", 30.0) is None
+    (record,) = [r for r in caplog.records if r.getMessage() == "geometry_check_off"]
+    assert "automountServiceAccountToken" in record.__dict__["fix"]
+    assert start_offered("", 30.0) is None  # not asked: nothing logged
+    assert len([r for r in caplog.records if r.getMessage() == "geometry_check_off"]) == 1

@@ -205,6 +205,9 @@ def admission_review(
 REPO_ROOT = Path(__file__).resolve().parents[4]
 TEMPLATES = REPO_ROOT / "roles" / "device_plugin" / "templates" / "admission"
 TEMPLATE_NAMES = (
+    "serviceaccount",
+    "role",
+    "rolebinding",
     "deployment",
     "service",
     "validatingwebhookconfiguration",

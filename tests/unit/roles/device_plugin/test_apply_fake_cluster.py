@@ -5,7 +5,8 @@ One cluster (Kubernetes 1.30) serves the whole module, in order: install, instal
 compare with render mode, remove. A 1.20 cluster, whose server rewrites managedFields on an
 apply that changes nothing, checks check mode, the objects 1.20 accepts and a second run. A
 cluster whose Deployment never rolls out checks the rollout wait and its report. Another one
-takes the scheduler extender: enabled, again, then disabled (which removes it).
+takes the scheduler extender: enabled, again, then disabled (which removes it); another the
+webhook, disabled after a run.
 """
 
 from __future__ import annotations
@@ -307,5 +308,47 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
     assert api.objects == others
     # ... and once they are gone, a disabled run changes nothing
     again = _cluster_run(api, tmp_path)
+    assert again.returncode == 0, again.output
+    assert again.changed == 0, again.output
+
+
+@pytest.fixture(scope="module")
+def api_webhook() -> Iterator[FakeApiServer]:
+    yield from running(FakeApiServer())
+
+
+def _admission(keys: Any) -> set[tuple[str, str, str]]:
+    return {key for key in keys if key[2].startswith("hygon-dcu-admission")}
+
+
+def test_webhook_disabled_after_a_run_removes_it_configuration_first(
+    api_webhook: FakeApiServer, default_render: RoleRun, tmp_path: Path
+) -> None:
+    api = api_webhook
+    installed = _cluster_run(api, tmp_path)
+    assert installed.returncode == 0, installed.output
+    rendered = _admission(_key(obj) for obj in default_render.objects())
+    assert _admission(api.objects) == rendered
+    off = {"hygon_dcu_device_plugin_webhook_enabled": False}
+    # check mode predicts the removal and deletes nothing ...
+    requests = len(api.requests)
+    predicted = _cluster_run(api, tmp_path, check=True, **off)
+    assert predicted.returncode == 0, predicted.output
+    assert predicted.changed == 1, predicted.output  # the deletion task
+    writes = [r for r in api.requests[requests:] if r.method != "GET"]
+    assert [r for r in writes if r.query.get("dryRun") != "All"] == []
+    assert _admission(api.objects) == rendered
+    # ... a run removes exactly the webhook's objects, its configuration first ...
+    others = {key: obj for key, obj in api.objects.items() if key not in rendered}
+    events = len(api.events)
+    disabled = _cluster_run(api, tmp_path, **off)
+    assert disabled.returncode == 0, disabled.output
+    assert disabled.changed == predicted.changed, disabled.output
+    deleted = api.events[events:]
+    assert deleted[0] == "delete ValidatingWebhookConfiguration/hygon-dcu-admission"
+    assert sorted(deleted) == sorted(f"delete {kind}/{name}" for kind, _ns, name in rendered)
+    assert api.objects == others
+    # ... and once it is gone, a disabled run changes nothing
+    again = _cluster_run(api, tmp_path, **off)
     assert again.returncode == 0, again.output
     assert again.changed == 0, again.output

@@ -32,6 +32,10 @@ def test_renders_every_object_in_apply_order(default_render: RoleRun) -> None:
         ("DaemonSet", "hygon-dcu-device-plugin"),
         ("Service", "hygon-dcu-device-plugin-metrics"),
         ("Secret", "hygon-dcu-admission-tls"),
+        # the webhook lists the geometry Leases, nothing else
+        ("ServiceAccount", "hygon-dcu-admission"),
+        ("Role", "hygon-dcu-admission"),
+        ("RoleBinding", "hygon-dcu-admission"),
         ("Service", "hygon-dcu-admission"),
         ("Deployment", "hygon-dcu-admission"),
         ("PodDisruptionBudget", "hygon-dcu-admission"),

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS
+from hygon_dcu_plugin.webhook.offered import WEBHOOK_LEASE_ACCESS
 
 from .render import RoleRun
 
@@ -45,6 +46,7 @@ NAMESPACE = "hygon-dcu-system"
 CLUSTER = "cluster"
 LEASES = ("coordination.k8s.io", "leases")
 SCHEDULER = "hygon-dcu-scheduler"
+WEBHOOK = "hygon-dcu-admission"
 
 # (scope, apiGroup, resource, verb, resourceNames); scope is CLUSTER or a namespace.
 Grant = tuple[str, str, str, str, tuple[str, ...]]
@@ -97,12 +99,14 @@ def _scoped(scope: str, calls: Calls) -> set[Grant]:
     return {(scope, group, resource, verb, ()) for group, resource, verb in calls}
 
 
-def test_plugin_rules_equal_the_calls_in_kube_py(default_render: RoleRun) -> None:
-    # Pods anywhere (workloads run in every namespace); the geometry Lease in its own only.
+def test_plugin_and_webhook_rules_equal_the_calls_in_their_code(default_render: RoleRun) -> None:
+    # The plugin: pods anywhere (workloads run in every namespace), its geometry Lease in its
+    # own namespace only. The webhook: the list of those Leases (webhook/offered.py), no more.
     granted, external = _grants(default_render)
     assert dict(granted) == {
         f"{NAMESPACE}/hygon-dcu-device-plugin": _scoped(CLUSTER, API_ACCESS)
-        | _scoped(NAMESPACE, LEASE_ACCESS)
+        | _scoped(NAMESPACE, LEASE_ACCESS),
+        f"{NAMESPACE}/{WEBHOOK}": _scoped(NAMESPACE, WEBHOOK_LEASE_ACCESS),
     }
     assert dict(external) == {}
 
@@ -153,7 +157,7 @@ def test_scheduler_pod_has_the_kube_scheduler_roles_and_the_extenders_calls(
     assert (election["resourceNamespace"], election["resourceName"]) == (NAMESPACE, SCHEDULER)
     # only the role's own service accounts are granted anything
     assert set(granted) | set(external) == {
-        f"{NAMESPACE}/{name}" for name in ("hygon-dcu-device-plugin", SCHEDULER)
+        f"{NAMESPACE}/{name}" for name in ("hygon-dcu-device-plugin", WEBHOOK, SCHEDULER)
     }
 
 
@@ -198,8 +202,17 @@ def test_each_binding_names_its_own_workload_only(
                 assert role["metadata"]["namespace"] == NAMESPACE
 
 
-def test_webhook_has_no_api_access(default_render: RoleRun) -> None:
-    # The webhook answers AdmissionReviews from the request alone: no token in its pods.
-    pod_spec = default_render.find("Deployment", "hygon-dcu-admission")["spec"]["template"]["spec"]
-    assert pod_spec["automountServiceAccountToken"] is False
-    assert pod_spec.get("serviceAccountName", "default") == "default"
+def test_webhook_reads_the_leases_where_the_plugins_write_them(default_render: RoleRun) -> None:
+    # Its token is mounted for one call, the list of the geometry Leases, in the namespace the
+    # plugins publish them in (their POD_NAMESPACE: the role's namespace).
+    pod_spec = default_render.find("Deployment", WEBHOOK)["spec"]["template"]["spec"]
+    assert pod_spec["automountServiceAccountToken"] is True
+    assert pod_spec["serviceAccountName"] == WEBHOOK
+    (container,) = pod_spec["containers"]
+    assert f"--geometry-namespace={NAMESPACE}" in container["args"]
+    plugin = default_render.find("DaemonSet", "hygon-dcu-device-plugin")["spec"]["template"]
+    env = {e["name"]: e for e in plugin["spec"]["containers"][0].get("env", [])}
+    assert env["POD_NAMESPACE"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert default_render.find("DaemonSet", "hygon-dcu-device-plugin")["metadata"]["namespace"] == (
+        NAMESPACE
+    )

@@ -156,7 +156,9 @@ def test_options_reach_the_manifests(render_dir: Path, default_render: RoleRun) 
     assert template["metadata"]["annotations"] != default_template["metadata"]["annotations"]
 
 
-def test_absent_removes_the_webhook_configuration_first(render_dir: Path) -> None:
+def test_absent_removes_the_webhook_configuration_first(
+    render_dir: Path, default_render: RoleRun
+) -> None:
     run = run_role(render_dir, hygon_dcu_device_plugin_state="absent")
     assert run.returncode == 0, run.output
     removal = yaml.safe_load((render_dir / "removal.yaml").read_text())
@@ -172,8 +174,15 @@ def test_absent_removes_the_webhook_configuration_first(render_dir: Path) -> Non
         "hygon-dcu-extender-tls",
     }
     assert order[-1] == ("Namespace", "hygon-dcu-system")
+    # everything a default run applies goes, even with the namespace kept
+    applied = {(obj["kind"], obj["metadata"]["name"]) for obj in default_render.objects()}
+    assert applied - {("Namespace", "hygon-dcu-system")} <= set(order[:-1])
     assert order.index(("Deployment", "hygon-dcu-admission")) < order.index(
         ("Secret", "hygon-dcu-admission-tls")
+    )
+    # the webhook's account outlives its pods
+    assert order.index(("Deployment", "hygon-dcu-admission")) < order.index(
+        ("ServiceAccount", "hygon-dcu-admission")
     )
     assert order.index(("DaemonSet", "hygon-dcu-device-plugin")) < order.index(
         ("ClusterRole", "hygon-dcu-device-plugin")
