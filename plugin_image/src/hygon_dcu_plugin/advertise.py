@@ -90,13 +90,14 @@ def token_devices(
 def partition_plan(
     cards: Sequence[CardView],
     in_use: Mapping[str, Collection[str]],
-    held: Mapping[str, int] | None = None,
+    unlisted: Mapping[str, int] | None = None,
 ) -> dict[str, list[Device]]:
     """Every resource a partition node serves; hygon.com/dcu reads 0 there.
 
-    `in_use`: token ids the kubelet lists as assigned. `held`: partitions our grants say are
-    held, per resource. The kubelet lists a container's ids only after its Allocate returned,
-    so for a moment a held partition has no listed token: a free token stands in for it,
+    `in_use`: token ids the kubelet lists as assigned. `unlisted`: per resource, our grants the
+    kubelet does not list with an id of it (``held.held_tokens``). The kubelet lists a
+    container's ids only after its Allocate returned, and admits a pod's resources one at a
+    time, so for a moment a held partition has no listed token: a free token stands in for it,
     keeping the count exact (held + what still fits) at every instant.
     """
     sizes = pool_sizes(cards)
@@ -104,8 +105,8 @@ def partition_plan(
     plan: dict[str, list[Device]] = {WHOLE_CARD: []}
     for resource, size in sizes.items():
         tokens = set(in_use.get(resource, ()))
-        unlisted = max(0, (held or {}).get(resource, 0) - len(tokens))
-        plan[resource] = token_devices(resource, size, tokens, free[resource] + unlisted)
+        spare = (unlisted or {}).get(resource, 0)
+        plan[resource] = token_devices(resource, size, tokens, free[resource] + spare)
     return plan
 
 

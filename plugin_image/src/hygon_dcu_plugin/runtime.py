@@ -184,8 +184,8 @@ class Runtime:
             plan = plan_whole_cards(self.node, self.settings.host_root)
         else:
             cards = self.node.cards()
-            in_use, held = held_tokens(self.store, self.lister)
-            plan = partition_plan(card_views(cards), in_use, held)
+            in_use, unlisted = held_tokens(self.store, self.lister)
+            plan = partition_plan(card_views(cards), in_use, unlisted)
         for resource in self.resources:
             plan.setdefault(resource, [])
         return {r: d for r, d in plan.items() if r in self.resources}

@@ -184,18 +184,23 @@ class Harness:
         profile: str = "2g.15gb",
         namespace: str = "default",
         token: str | None = None,
+        profile_first: bool = True,
     ) -> pb.ContainerAllocateResponse:
-        """Create the pod, list it with no devices, Allocate, then list the token as held."""
+        """Create the pod, list it with no devices, then admit its two resources one at a time
+        as the kubelet does, in either order: each takes a free token of what the plugin
+        advertises at that moment and is listed as held (Allocate on the profile is empty)."""
         self.kube.add_pod(namespace, name, {"main": limits_for(profile)})
         key = f"{namespace}/{name}"
         self.kubelet.pods[key] = {"main": {}}
-        token = token or self.free_token()
-        # The kubelet also hands out a token of the profile resource (Allocate on it is empty).
+        listed = self.kubelet.pods[key]["main"]
         profile_resource = PROFILE_PREFIX + profile
-        profile_token = self.free_token(profile_resource)
+        if profile_first:
+            listed[profile_resource] = [self.free_token(profile_resource)]
+        token = token or self.free_token()
         response: pb.ContainerAllocateResponse = self.allocator.allocate(FAMILY, [token])
-        self.kubelet.pods[key]["main"][FAMILY] = [token]
-        self.kubelet.pods[key]["main"][profile_resource] = [profile_token]
+        listed[FAMILY] = [token]
+        if not profile_first:
+            listed[profile_resource] = [self.free_token(profile_resource)]
         return response
 
     def finish(self, name: str, namespace: str = "default", how: str = "delete") -> None:

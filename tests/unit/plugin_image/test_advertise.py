@@ -52,8 +52,8 @@ def test_pool_grows_when_stale_holdings_would_hide_free_capacity() -> None:
 
 def test_unlisted_holdings_are_counted_until_the_kubelet_lists_them() -> None:
     cards = [card(0, {0}), card(1, set())]
-    plan = partition_plan(cards, {}, held={FAMILY: 1, "hygon.com/dcu.partitioned.mig-2g": 1})
-    assert healthy_count(plan[FAMILY]) == 1 + 3 + 4
+    plan = partition_plan(cards, {}, unlisted={"hygon.com/dcu.partitioned.mig-2g": 1})
+    assert healthy_count(plan[FAMILY]) == 3 + 4
     assert healthy_count(plan["hygon.com/dcu.partitioned.mig-2g"]) == 1 + 3 + 4
 
 

@@ -68,6 +68,11 @@ RENDER_SETS: dict[str, dict[str, Any]] = {
         "hygon_dcu_admission_image": IMAGE,
         "hygon_dcu_admission_geometry_namespace": "",
     },
+    # The Leases in another namespace than the webhook's own.
+    "geometry-elsewhere": {
+        "hygon_dcu_admission_image": IMAGE,
+        "hygon_dcu_admission_geometry_namespace": "dcu-plugins",
+    },
     "no-ca": {"hygon_dcu_admission_image": IMAGE},
     "no-image": {},  # + the CA
 }
@@ -82,6 +87,7 @@ def renders(tmp_path_factory: pytest.TempPathFactory, authority: Authority) -> d
     variables["defaults"]["hygon_dcu_admission_ca_bundle"] = pem
     variables["no-image"]["hygon_dcu_admission_ca_bundle"] = pem
     variables["no-geometry"]["hygon_dcu_admission_ca_bundle"] = pem
+    variables["geometry-elsewhere"]["hygon_dcu_admission_ca_bundle"] = pem
     variables["custom"]["hygon_dcu_admission_ca_bundle"] = base64.b64encode(authority.pem).decode()
     started = {name: start_render(base / name, values) for name, values in variables.items()}
     return {name: finish_render(base / name, process) for name, process in started.items()}

@@ -17,7 +17,7 @@ from webhook_support import Authority, Rendered
 kubernetes_validate = importlib.import_module("kubernetes_validate")
 
 VERSIONS = [f"1.{minor}" for minor in range(28, 38)]
-VALID_SETS = ["defaults", "custom", "cert-manager", "no-geometry"]
+VALID_SETS = ["defaults", "custom", "cert-manager", "no-geometry", "geometry-elsewhere"]
 
 
 @pytest.mark.parametrize("render_set", VALID_SETS)
@@ -138,21 +138,27 @@ def test_webhook_fails_closed_for_pod_create_only(
     assert condition["name"] == "requests-hygon-resource"
 
 
-@pytest.mark.parametrize("render_set", ["defaults", "custom"])
-def test_the_pods_token_lists_the_geometry_leases_of_its_namespace_only(
-    renders: dict[str, Rendered], render_set: str
+@pytest.mark.parametrize(
+    ("render_set", "leases_namespace"),
+    [("defaults", None), ("custom", None), ("geometry-elsewhere", "dcu-plugins")],
+)
+def test_the_pods_token_lists_the_geometry_leases_of_their_namespace_only(
+    renders: dict[str, Rendered], render_set: str, leases_namespace: str | None
 ) -> None:
     documents = renders[render_set].documents
     deployment = documents["deployment"]
     namespace, name = deployment["metadata"]["namespace"], deployment["metadata"]["name"]
+    leases_namespace = leases_namespace or namespace
     pod_spec = deployment["spec"]["template"]["spec"]
     assert pod_spec["automountServiceAccountToken"] is True
     assert pod_spec["serviceAccountName"] == name
     options = build_parser().parse_args(pod_spec["containers"][0]["args"])
-    assert options.geometry_namespace == namespace
+    assert options.geometry_namespace == leases_namespace
     account, role, binding = (documents[k] for k in ("serviceaccount", "role", "rolebinding"))
-    for obj in (account, role, binding):
-        assert (obj["metadata"]["namespace"], obj["metadata"]["name"]) == (namespace, name)
+    assert (account["metadata"]["namespace"], account["metadata"]["name"]) == (namespace, name)
+    # The grant lives where the server lists: a Role elsewhere would leave the check blind.
+    for obj in (role, binding):
+        assert (obj["metadata"]["namespace"], obj["metadata"]["name"]) == (leases_namespace, name)
     granted = {
         (group, resource, verb)
         for rule in role["rules"]
