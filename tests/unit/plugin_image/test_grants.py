@@ -6,59 +6,40 @@ import os
 import stat
 from pathlib import Path
 
-from hygon_dcu_plugin.grants import Grant, GrantStore
-
-
-def grant(uuid: str = "0a0b0c0d-0000-4000-8000-000000000001") -> Grant:
-    return Grant(
-        uuid=uuid,
-        card_pci="0000:09:00.0",
-        card_index=0,
-        gpu_instance_id=3,
-        compute_instance_id=0,
-        profile="2g.15gb",
-        placement_start=0,
-        placement_size=1,
-        conf_path="/etc/dmi_mig_config/ci/dev0gi3ci0.conf",
-        namespace="ns",
-        pod_name="p",
-        pod_uid="u-1",
-        containers=("main",),
-        device_ids=("partition-000",),
-        created_at=1.5,
-    )
+from hygon_dcu_plugin.grants import GrantStore
+from sample_grant import sample_grant
 
 
 def test_round_trip_with_private_modes(tmp_path: Path) -> None:
     store = GrantStore(str(tmp_path / "grants"))
-    store.write(grant())
+    store.write(sample_grant())
     loaded = store.load()
-    assert loaded.grants == [grant()] and loaded.unreadable == []
+    assert loaded.grants == [sample_grant()] and loaded.unreadable == []
     assert stat.S_IMODE(os.stat(tmp_path / "grants").st_mode) == 0o700
-    path = tmp_path / "grants" / (grant().uuid + ".json")
+    path = tmp_path / "grants" / (sample_grant().uuid + ".json")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    store.remove(grant())
+    store.remove(sample_grant())
     assert store.load().grants == []
 
 
 def test_a_loose_directory_mode_is_tightened(tmp_path: Path) -> None:
     directory = tmp_path / "grants"
     directory.mkdir(mode=0o755)
-    GrantStore(str(directory)).write(grant())
+    GrantStore(str(directory)).write(sample_grant())
     assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700
 
 
 def test_unparsable_grants_are_reported_never_dropped(tmp_path: Path) -> None:
     store = GrantStore(str(tmp_path))
-    store.write(grant())
+    store.write(sample_grant())
     (tmp_path / "bad.json").write_text("{")
     (tmp_path / "other.txt").write_text("x")
-    wrong = grant("0a0b0c0d-0000-4000-8000-000000000002").to_json()
+    wrong = sample_grant(uuid="0a0b0c0d-0000-4000-8000-000000000002").to_json()
     (tmp_path / "0a0b0c0d-0000-4000-8000-000000000003.json").write_text(wrong)
-    future = grant().to_json().replace('"schema": 1', '"schema": 9')
+    future = sample_grant().to_json().replace('"schema": 1', '"schema": 9')
     (tmp_path / "0a0b0c0d-0000-4000-8000-000000000004.json").write_text(future)
     loaded = store.load()
-    assert loaded.grants == [grant()]
+    assert loaded.grants == [sample_grant()]
     reasons = {Path(p).name: why for p, why in loaded.unreadable}
     assert set(reasons) == {
         "bad.json",

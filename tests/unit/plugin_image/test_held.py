@@ -10,28 +10,22 @@ from hygon_dcu_plugin.grants import Grant, GrantStore
 from hygon_dcu_plugin.held import held_tokens
 from hygon_dcu_plugin.podresources import ListedContainer, ListedPod, PodResourcesError
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
+from sample_grant import sample_grant
 
 FOUR_G = PROFILE_PREFIX + "4g.31gb"
 
 
 def grant(pod: str, family_id: str, uuid: str) -> Grant:
-    return Grant(
+    """A 4g grant of `pod`'s container `main`, given `family_id` by the kubelet."""
+    made: Grant = sample_grant(
         uuid=uuid,
-        card_pci="0000:09:00.0",
-        card_index=0,
-        gpu_instance_id=1,
-        compute_instance_id=0,
         profile="4g.31gb",
-        placement_start=0,
         placement_size=2,
-        conf_path="/etc/dmi_mig_config/ci/dev0gi1ci0.conf",
-        namespace="ns",
         pod_name=pod,
         pod_uid=f"uid-{pod}",
-        containers=("main",),
         device_ids=(family_id,),
-        created_at=1.0,
     )
+    return made
 
 
 class Listed:
