@@ -185,8 +185,12 @@ def delete_all(kube: Kube) -> None:
 # --- 1. the measured burst on the real node ---------------------------------------------------
 
 
+# Repeated: the Failed pod it once caught was a race in about 1 run in 4 (a partition freed by a
+# pod still terminating, docs/dev/kubernetes.md "Scheduling"); test_terminating_sim.py pins
+# that order of events on the simulated node.
+@pytest.mark.parametrize("round_number", range(5), ids=lambda n: f"round-{n}")
 def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
-    kube: Kube, cluster_sim: SimNode
+    kube: Kube, cluster_sim: SimNode, round_number: int
 ) -> None:
     on_node = {"hygon.com/dcu.present": "true"}
     names = [f"burst-2g-{i}" for i in range(4)] + [f"burst-4g-{i}" for i in range(3)]
