@@ -339,7 +339,7 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             self._error(
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 "internal-error",
-                f"the {self.service} failed to read this request; see its log",
+                f"the {self.service} failed to answer this request; see its log",
             )
         finally:
             self.server.parse_lock.release()

@@ -316,6 +316,7 @@ def test_a_bug_in_the_rules_answers_500_not_a_dropped_connection(
     status, _ignored, error = _post(running_webhook, body)
     assert status == 500
     assert error["reason"] == "internal-error"
+    assert error["error"] == "the webhook failed to answer this request; see its log"
     monkeypatch.undo()
     status, answer = running_webhook.review(admission_review(pod(container("a"))))
     assert (status, answer["response"]["allowed"]) == (200, True)
