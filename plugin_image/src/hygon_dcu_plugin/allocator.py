@@ -31,7 +31,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDR
 from .advertise import free_capacity
 from .api import deviceplugin_v1beta1_pb2 as pb
 from .events import NORMAL, WARNING, PodEvents
-from .grants import Grant, GrantStore
+from .grants import Grant, GrantError, GrantStore, StoreProblem
 from .host import card_key, under
 from .identify import Target, identify
 from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
@@ -149,6 +149,15 @@ def _by_size(
     )
 
 
+def _store_refused(problem: StoreProblem | str) -> RequestRefused:
+    """The grants store cannot be trusted: a partition granted now could end up in no store
+    (or the wrong one) and be collected as an orphan while its pod runs."""
+    why = problem.explain() if isinstance(problem, StoreProblem) else problem
+    return RequestRefused(
+        AllocateRefusal.GRANTS_STORE, f"no partition carved: the grants store is not usable: {why}"
+    )
+
+
 def _bad_reservation(why: str) -> RequestRefused:
     return RequestRefused(
         AllocateRefusal.BAD_RESERVATION,
@@ -241,6 +250,8 @@ class Allocator:
     # the family ------------------------------------------------------------------------
     def _partition(self, device_ids: Sequence[str]) -> pb.ContainerAllocateResponse:
         grants = self.store.load()
+        if grants.problem is not None:
+            raise _store_refused(grants.problem)
         if grants.unreadable:
             # Placement reads live driver state, so a bad grant cannot cause an overlap;
             # it only blocks orphan collection (see the reclaimer).
@@ -340,6 +351,8 @@ class Allocator:
                 response = self._response(grant)
             except BaseException as exc:
                 self._roll_back(instance, written, exc)
+                if isinstance(exc, GrantError):
+                    raise self._store_gone(exc) from exc
                 raise
         self.metrics.allocations.inc(profile=profile_name)
         self.events.emit(
@@ -530,6 +543,10 @@ class Allocator:
         if grant is not None:
             self.store.remove(grant)
 
+    def _store_gone(self, exc: GrantError) -> RequestRefused:
+        """The store went away between the check at the start and the write."""
+        return _store_refused(self.store.check() or f"writing the grant failed: {exc}")
+
     def _annotate(self, grant: Grant, container: str) -> None:
         value = json.dumps(
             {
@@ -583,7 +600,10 @@ class Allocator:
                     "device_ids": tuple(sorted({*grant.device_ids, *device_ids})),
                 }
             )
-            self.store.write(updated)
+            try:
+                self.store.write(updated)
+            except GrantError as exc:
+                raise self._store_gone(exc) from exc
             self._annotate(updated, container)
             grant = updated
         return self._response(grant)

@@ -15,6 +15,13 @@ card lock (Allocate writes its grant under that lock). Nothing is collected whil
 is unreadable, nor on a card whose registry entries are unreadable or odd, nor at a card + GPU
 instance any grant claims (whatever the uuid), nor while a live compute instance has no
 readable conf file. Each stop is logged once, with the fix.
+
+The plugin's own state fails closed too. Nothing is collected, and Allocate refuses, while
+the grants store is missing, not a directory, a link, or lacks its mark; the reclaimer alone
+creates or marks it, and only when no live partition can lack its grant (``settle_store``).
+A grant is decided on (lost, reclaimed, dropped as stale) only on a card the node layer calls
+healthy at the grant's PCI address; a grant is dropped as stale only when the library says its
+GPU instance is gone, or the uuid differs on a card whose registry reads cleanly.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from dataclasses import dataclass, field
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError, InstanceInUse
 from ansible_collections.hygon.dcu.plugins.module_utils.node import (
+    Card,
     Instance,
     InstanceNotFound,
     Node,
@@ -37,11 +45,12 @@ from ansible_collections.hygon.dcu.plugins.module_utils.registry import Finding,
 
 from .conditions import Conditions
 from .events import WARNING, PodEvents
-from .grants import Grant, GrantStore
+from .grants import STARTABLE, Grant, GrantStore, StoreFault, StoreProblem
 from .kube import KubeApi, KubeApiError, Pod, PodEvent, PodRef
 from .locks import Locks
 from .lost import LostGrants, grant_lost
 from .metrics import Metrics
+from .shown import listing
 
 log = logging.getLogger(__name__)
 
@@ -62,24 +71,50 @@ class PassReport:
     unreadable: list[tuple[str, str]] = field(default_factory=list)
     orphan_collection: str = "done"  # or why it was skipped
     blocked: dict[str, str] = field(default_factory=dict)  # card PCI -> why nothing collected
+    undecided: dict[str, str] = field(default_factory=dict)  # card PCI -> why grants left alone
     errors: list[str] = field(default_factory=list)
 
 
-class _CardIndexes:
-    """PCI address -> card index for one pass. The cards are enumerated at most once per pass
-    (on the first grant that needs it), even when none has an address (mode off): a teardown
-    of N grants would otherwise cost N enumerations. The same for
-    each card's live instances (read once per pass for the lost-grant check)."""
+class _Cards:
+    """The node's cards for one pass, enumerated at most once (on the first grant that needs
+    it; a teardown of N grants would otherwise cost N enumerations), and each card's live
+    instances, read once per pass for the lost-grant check.
+
+    Only a healthy card counts for a grant: the node layer checks a card's registry dev<N>
+    against the library, so an unhealthy card's address or index may name another card."""
 
     def __init__(self, node: Node) -> None:
         self._node = node
-        self._by_pci: dict[str, int] | None = None
+        self._cards: list[Card] | None = None
         self._live: dict[int, list[Instance]] = {}
 
+    def _all(self) -> list[Card]:
+        if self._cards is None:
+            self._cards = self._node.cards()
+        return self._cards
+
     def of(self, pci: str) -> int | None:
-        if self._by_pci is None:
-            self._by_pci = {card.pci: card.index for card in self._node.cards() if card.pci}
-        return self._by_pci.get(pci)
+        """The index of the healthy card at ``pci``, or None."""
+        return next((c.index for c in self._all() if c.healthy and c.pci == pci), None)
+
+    def undecidable(self, pci: str) -> str | None:
+        """Why nothing may be decided about a grant on ``pci`` this pass, or None. A card no
+        healthy card has the address of is gone only when every card is healthy and keyed."""
+        cards = self._all()
+        if self.of(pci) is not None:
+            return None
+        named = next((c for c in cards if c.pci == pci), None)
+        if named is not None:
+            return f"card {named.index} ({pci}) is unhealthy: {named.error}"
+        unsure = next((c for c in cards if not c.healthy or not c.pci), None)
+        if unsure is None:
+            return None
+        what = (
+            f"is unhealthy: {unsure.error}"
+            if not unsure.healthy
+            else f"has no address (its registry dev{unsure.index} is missing or unreadable)"
+        )
+        return f"no healthy card has address {pci}, and card {unsure.index} {what}"
 
     def live(self, index: int) -> list[Instance]:
         if index not in self._live:
@@ -122,6 +157,7 @@ class Reclaimer:
         self.passes = 0
         self.last_report: PassReport | None = None
         self.stops = Conditions(log, "orphan collection stopped")
+        self.undecided = Conditions(log, "grants left undecided")
         self._deleted: OrderedDict[str, None] = OrderedDict()
         self._deleted_lock = threading.Lock()
 
@@ -153,15 +189,20 @@ class Reclaimer:
         report = PassReport()
         try:
             self._sweep(report)
+            store_stop = self.settle_store()
             grants = self.store.load()
+            if store_stop is None and grants.problem is not None:
+                store_stop = grants.problem.explain()
             report.unreadable = grants.unreadable
             self._count("corrupt_grant", len(grants.unreadable))
-            card_indexes = _CardIndexes(self.node)
+            cards = _Cards(self.node)
             self.lost.begin_pass()
             for grant in grants:
-                self._reclaim_if_done(grant, report, card_indexes)
+                self._reclaim_if_done(grant, report, cards)
             self.lost.end_pass()
-            if grants.unreadable:
+            if store_stop is not None:
+                report.orphan_collection = "skipped: " + store_stop
+            elif grants.unreadable:
                 report.orphan_collection = _unreadable_grants(grants.unreadable)
             else:
                 self._collect_orphans(report)
@@ -181,6 +222,71 @@ class Reclaimer:
         self.stops.settle(current)
         self.metrics.orphan_collection_stopped.set_all(
             {(("card", pci),): 1.0 for pci in report.blocked}
+        )
+        self.undecided.settle({f"card {pci}": why for pci, why in report.undecided.items()})
+
+    # the grants store ----------------------------------------------------------------------
+    def settle_store(self) -> str | None:
+        """Create a missing grants store, or mark an unmarked one, when no live partition can
+        lack its grant: none is live (a first start, a reboot) or each is named by uuid by a
+        grant in it. Otherwise (and for a link or a file there) the store stays as it is and
+        the returned line says why, what is held back and the fix."""
+        problem = self.store.check()
+        if problem is None or problem.fault not in STARTABLE:
+            return None if problem is None else problem.explain()
+        with self.locks.node():  # no Allocate between counting the partitions and the mark
+            problem = self.store.check()
+            if problem is None or problem.fault not in STARTABLE:
+                return None if problem is None else problem.explain()
+            unnamed = self._partitions_without_grant(problem)
+            if unnamed is not None:
+                return problem.explain(unnamed)
+            why = (
+                "no partition was live"
+                if problem.fault is StoreFault.MISSING
+                else "its grants named every live partition"
+            )
+            try:
+                if problem.fault is StoreFault.MISSING:
+                    self.store.create(why)
+                else:
+                    self.store.mark(why)
+            except OSError as exc:
+                return problem.explain(f"marking it failed ({exc})")
+        log.info(
+            "grants store created"
+            if problem.fault is StoreFault.MISSING
+            else "grants store marked",
+            extra={"dir": self.store.directory, "why": why},
+        )
+        return None
+
+    def _partitions_without_grant(self, problem: StoreProblem) -> str | None:
+        """Which live partitions the store names no grant for (by card, GPU instance and
+        uuid), or why they cannot be counted; None when there is none."""
+        grants = self.store.load().grants if problem.fault is StoreFault.UNMARKED else []
+        unnamed: list[str] = []
+        try:
+            for card in self.node.cards():
+                if not card.healthy:
+                    return (
+                        f"card {card.index} is unhealthy ({card.error}), so its partitions "
+                        "cannot be counted"
+                    )
+                for instance in self.node.instances(card.index):
+                    if not any(
+                        g.owns(instance.pci or "", instance.gpu_instance_id, instance.uuid)
+                        for g in grants
+                    ):
+                        where = instance.pci or f"card {card.index}"
+                        unnamed.append(f"{where} gi{instance.gpu_instance_id}")
+        except HydmiError as exc:
+            return f"the cards cannot be read ({exc})"
+        if not unnamed:
+            return None
+        return (
+            f"{len(unnamed)} live partition(s) have no grant in it "
+            f"({listing(unnamed[:3], len(unnamed))})"
         )
 
     def _sweep(self, report: PassReport) -> None:
@@ -212,10 +318,11 @@ class Reclaimer:
             return None, None  # not visible yet, or deleted: the next passes tell
         return "pod deleted", None
 
-    def _check_grant(self, grant: Grant, pod: Pod, report: PassReport, cards: _CardIndexes) -> None:
+    def _check_grant(
+        self, grant: Grant, pod: Pod, index: int, report: PassReport, cards: _Cards
+    ) -> None:
         """A live pod's partition must still exist; a card that cannot tell decides nothing."""
-        index = cards.of(grant.card_pci)
-        if index is None or pod.deleting:
+        if pod.deleting:
             return
         try:
             live = cards.live(index)
@@ -237,15 +344,25 @@ class Reclaimer:
         report.lost.append(grant.uuid)
         self.lost.found(grant, pod)
 
-    def _reclaim_if_done(
-        self, grant: Grant, report: PassReport, card_indexes: _CardIndexes
-    ) -> None:
+    def _reclaim_if_done(self, grant: Grant, report: PassReport, cards: _Cards) -> None:
         why, pod = self._pod_done(grant)
-        if why is None:
-            if pod is not None:
-                self._check_grant(grant, pod, report, card_indexes)
+        if why is None and pod is None:
             return
-        index = card_indexes.of(grant.card_pci)
+        undecidable = cards.undecidable(grant.card_pci)
+        if undecidable is not None:
+            report.undecided.setdefault(
+                grant.card_pci,
+                f"{undecidable}. Its grants are neither checked for loss nor reclaimed (nothing "
+                "is destroyed or deleted) until a healthy card has this address: fix what the "
+                "error names; a registry dev<N> that is missing, unreadable or names another "
+                "card is restored as the driver wrote it (the PCI address of library card N)",
+            )
+            return
+        index = cards.of(grant.card_pci)
+        if why is None:
+            if pod is not None and index is not None:
+                self._check_grant(grant, pod, index, report, cards)
+            return
         with self.locks.card(grant.card_pci):
             try:
                 if index is None:
@@ -277,6 +394,20 @@ class Reclaimer:
             except (InstanceNotFound, UuidMismatch) as exc:
                 # The instance it names is gone (reboot, manual destroy) or the id now belongs
                 # to another instance: nothing of ours to destroy, never touch the other one.
+                # A uuid read from a registry with findings on the card proves nothing: keep
+                # the grant, so the instance is destroyed once it reads cleanly.
+                if isinstance(exc, UuidMismatch) and index is not None:
+                    findings = self.node.registry().findings_for_card(index)
+                    if findings:
+                        first = findings[0]
+                        report.undecided.setdefault(
+                            grant.card_pci,
+                            f"{first.path}: {first.kind}: {first.detail}. The grant of a "
+                            "finished pod on this card is kept, since its instance's uuid "
+                            "cannot be checked, until the registry reads cleanly: restore the "
+                            "file the driver wrote",
+                        )
+                        return
                 report.stale.append(grant.uuid)
                 self._count("stale_grant")
                 log.warning(
@@ -313,6 +444,9 @@ class Reclaimer:
             # Re-read under the lock Allocate holds until its grant is written: a claim made
             # since the listing above is seen here.
             grants = self.store.load()
+            if grants.problem is not None:
+                report.orphan_collection = "skipped: " + grants.problem.explain()
+                return
             if grants.unreadable:
                 report.orphan_collection = _unreadable_grants(grants.unreadable)
                 report.unreadable = grants.unreadable

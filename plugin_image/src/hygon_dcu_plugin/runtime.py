@@ -57,7 +57,6 @@ class Runtime:
         self.metrics = Metrics()
         self.board = DeviceBoard()
         self.store = GrantStore(settings.grants_dir)
-        self.store.ensure()
         self.store.remove_temporaries()
         self.locks = Locks(settings.lock_dir)
         self._refresh_lock = threading.Lock()
@@ -98,6 +97,9 @@ class Runtime:
             events=self.events,
             delete_pods_with_lost_partitions=settings.delete_pods_with_lost_partitions,
         )
+        # Created (or marked) only when no live partition can lack its grant; else it stays
+        # as found, and the reclaimer's passes say why (docs/dev/runtime.md).
+        self.reclaimer.settle_store()
         self.resources = self._resources()
         self.servers = PluginServers(
             settings.device_plugin_dir,

@@ -79,6 +79,7 @@ class AllocateRefusal(StrEnum):
     POISONED_REGISTRY = "poisoned_registry"
     RESERVATION_TAKEN = "reservation_taken"
     BAD_RESERVATION = "bad_reservation"
+    GRANTS_STORE = "grants_store"
 
     @property
     def status(self) -> str:
@@ -103,6 +104,7 @@ _GRPC_STATUS = {
     AllocateRefusal.POISONED_REGISTRY: "FAILED_PRECONDITION",
     AllocateRefusal.RESERVATION_TAKEN: "FAILED_PRECONDITION",
     AllocateRefusal.BAD_RESERVATION: "FAILED_PRECONDITION",
+    AllocateRefusal.GRANTS_STORE: "FAILED_PRECONDITION",
 }
 
 

@@ -6,12 +6,14 @@ import os
 import stat
 from pathlib import Path
 
-from hygon_dcu_plugin.grants import GrantStore
+import pytest
+from hygon_dcu_plugin.grants import MARK, GrantError, GrantStore, StoreFault
 from sample_grant import sample_grant
 
 
 def test_round_trip_with_private_modes(tmp_path: Path) -> None:
     store = GrantStore(str(tmp_path / "grants"))
+    store.create("a test")
     store.write(sample_grant())
     loaded = store.load()
     assert loaded.grants == [sample_grant()] and loaded.unreadable == []
@@ -57,3 +59,38 @@ def test_a_half_written_temp_file_is_not_a_grant_and_is_removed_at_start(tmp_pat
     assert store.load().grants == [] and store.load().unreadable == []
     assert store.remove_temporaries() == ["x.json.tmp"]
     assert not (tmp_path / "x.json.tmp").exists()
+
+
+def test_a_store_is_trusted_only_as_a_marked_real_directory(tmp_path: Path) -> None:
+    path = tmp_path / "grants"
+    store = GrantStore(str(path))
+    problem = store.check()
+    assert problem is not None and problem.fault is StoreFault.MISSING
+    store.create("a test")
+    assert store.check() is None and (path / MARK).is_file()
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    store.write(sample_grant())
+    # A link to that very store is still a link: nothing is read through it.
+    link = GrantStore(str(tmp_path / "link"))
+    (tmp_path / "link").symlink_to("grants")
+    loaded = link.load()
+    assert loaded.problem is not None and loaded.problem.fault is StoreFault.LINK
+    assert loaded.grants == []
+    (path / MARK).unlink()
+    loaded = store.load()
+    assert loaded.problem is not None and loaded.problem.fault is StoreFault.UNMARKED
+    assert loaded.grants == [sample_grant()]  # still read: a finished pod's is reclaimed
+    (tmp_path / "file").write_text("")
+    problem = GrantStore(str(tmp_path / "file")).check()
+    assert problem is not None and problem.fault is StoreFault.NOT_A_DIRECTORY
+
+
+def test_writing_a_grant_never_creates_the_store_nor_follows_a_link(tmp_path: Path) -> None:
+    with pytest.raises(GrantError, match="missing"):
+        GrantStore(str(tmp_path / "grants")).write(sample_grant())
+    assert not (tmp_path / "grants").exists()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "grants").symlink_to("elsewhere")
+    with pytest.raises(GrantError, match="is a link"):
+        GrantStore(str(tmp_path / "grants")).write(sample_grant())
+    assert list((tmp_path / "elsewhere").iterdir()) == []

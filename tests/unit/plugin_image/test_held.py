@@ -42,7 +42,7 @@ def pod(name: str, devices: dict[str, tuple[str, ...]]) -> ListedPod:
 
 def store_with(tmp_path: Path, *grants: Grant) -> GrantStore:
     store = GrantStore(str(tmp_path / "grants"))
-    store.ensure()
+    store.create("a test")
     for g in grants:
         store.write(g)
     return store

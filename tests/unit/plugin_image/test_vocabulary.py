@@ -112,6 +112,7 @@ def test_allocate_refusals_keep_their_labels_and_grpc_codes() -> None:
         "poisoned_registry": "FAILED_PRECONDITION",
         "reservation_taken": "FAILED_PRECONDITION",
         "bad_reservation": "FAILED_PRECONDITION",
+        "grants_store": "FAILED_PRECONDITION",
     }
     for refusal in AllocateRefusal:
         assert re.fullmatch(r"\w+", refusal.value)
