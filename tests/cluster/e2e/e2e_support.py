@@ -19,6 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hygon_dcu_plugin import geometry, reservation
+from hygon_dcu_plugin.vocabulary import (
+    GEOMETRY_ANNOTATION,
+    RESERVATION_ANNOTATION,
+    SCHEDULER_NAME,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -256,3 +262,92 @@ def granted_uuid(kube: Kube, name: str) -> str | None:
                 if len(token) == 36 and token.count("-") == 4:
                     return token
     return None
+
+
+# --- the extender's deployment (test_60, test_62) -------------------------------------------
+
+
+def deploy_extender(
+    playbooks: Playbooks, kube: Kube, policy: str = "binpack", **role_vars: Any
+) -> None:
+    """The device_plugin role with the extender and its second scheduler; ``role_vars`` are
+    further role variables (the role's defaults otherwise)."""
+    playbooks.run(
+        "hygon.dcu.deploy_device_plugin",
+        "-e",
+        f"hygon_dcu_api_host={kube.node}",
+        "-e",
+        json.dumps(
+            {
+                "hygon_dcu_device_plugin_extender_enabled": True,
+                "hygon_dcu_device_plugin_extender_policy": policy,
+                "hygon_dcu_device_plugin_scheduler_image": required_env(
+                    "HYGON_DCU_CLUSTER_SCHEDULER_IMAGE"
+                ),
+                **role_vars,
+            }
+        ),
+    )
+
+
+def ready_deployments(kube: Kube) -> set[str]:
+    """The names of the runtime namespace's Deployments that are fully rolled out."""
+    items = kube.json("get", "deployments", "-n", NAMESPACE)["items"]
+    return {
+        d["metadata"]["name"]
+        for d in items
+        if (status := d.get("status", {})).get("observedGeneration", 0)
+        >= d["metadata"]["generation"]
+        and status.get("readyReplicas", 0)
+        == status.get("updatedReplicas", 0)
+        == status.get("replicas", 0)
+        == d["spec"].get("replicas", 1)
+    }
+
+
+def extender_ready(kube: Kube) -> bool:
+    """The second scheduler's pod (kube-scheduler and the extender side by side) rolled out."""
+    return SCHEDULER_NAME in ready_deployments(kube)
+
+
+def lease(kube: Kube, node: str) -> dict[str, Any] | None:
+    done = kube.run("get", "lease", "-n", NAMESPACE, node, "-o", "json", check=False)
+    return json.loads(done.stdout) if done.returncode == 0 else None
+
+
+def published(kube: Kube, node: str) -> geometry.Geometry | None:
+    """The geometry the node's plugin publishes in its Lease."""
+    obj = lease(kube, node)
+    if obj is None:
+        return None
+    text = obj["metadata"].get("annotations", {}).get(GEOMETRY_ANNOTATION)
+    return geometry.decode(text) if text else None
+
+
+def reserved(pod: dict[str, Any]) -> reservation.Reservation | None:
+    """The reservation the extender's bind wrote on the pod, if any."""
+    text = pod["metadata"].get("annotations", {}).get(RESERVATION_ANNOTATION)
+    return reservation.decode(text) if text else None
+
+
+def labelled_pods(kube: Kube, label: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = kube.json("get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", label)[
+        "items"
+    ]
+    return items
+
+
+def delete_labelled_pods(kube: Kube, label: str) -> None:
+    """Force-delete the workload pods carrying ``label`` and wait until they are gone."""
+    kube.run(
+        "delete",
+        "pods",
+        "-n",
+        WORKLOAD_NAMESPACE,
+        "-l",
+        label,
+        "--force",
+        "--grace-period=0",
+        timeout=180,
+    )
+    wait_for(f"the pods labelled {label} gone", lambda: not labelled_pods(kube, label), 120)

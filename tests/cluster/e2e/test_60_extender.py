@@ -31,8 +31,14 @@ from e2e_support import (
     Kube,
     Playbooks,
     SimNode,
+    delete_labelled_pods,
+    deploy_extender,
+    extender_ready,
+    labelled_pods,
+    lease,
     partition_pod,
-    required_env,
+    published,
+    reserved,
     wait_for,
 )
 from hygon_dcu_plugin import geometry, reservation
@@ -41,7 +47,6 @@ from hygon_dcu_plugin.vocabulary import (
     GEOMETRY_LABEL,
     MEMORY_MIB,
     PROFILE_PREFIX,
-    RESERVATION_ANNOTATION,
     SCHEDULER_NAME,
 )
 
@@ -57,60 +62,10 @@ TOLERATIONS = [
 ]
 
 
-def deploy(playbooks: Playbooks, kube: Kube, policy: str) -> None:
-    playbooks.run(
-        "hygon.dcu.deploy_device_plugin",
-        "-e",
-        f"hygon_dcu_api_host={kube.node}",
-        "-e",
-        json.dumps(
-            {
-                "hygon_dcu_device_plugin_extender_enabled": True,
-                "hygon_dcu_device_plugin_extender_policy": policy,
-                "hygon_dcu_device_plugin_scheduler_image": required_env(
-                    "HYGON_DCU_CLUSTER_SCHEDULER_IMAGE"
-                ),
-            }
-        ),
-    )
-
-
-def ready_deployments(kube: Kube) -> set[str]:
-    items = kube.json("get", "deployments", "-n", NAMESPACE)["items"]
-    return {
-        d["metadata"]["name"]
-        for d in items
-        if (status := d.get("status", {})).get("observedGeneration", 0)
-        >= d["metadata"]["generation"]
-        and status.get("readyReplicas", 0)
-        == status.get("updatedReplicas", 0)
-        == status.get("replicas", 0)
-        == d["spec"].get("replicas", 1)
-    }
-
-
-def extender_ready(kube: Kube) -> bool:
-    """The second scheduler's pod (kube-scheduler and the extender side by side) rolled out."""
-    return SCHEDULER_NAME in ready_deployments(kube)
-
-
-def lease(kube: Kube, node: str) -> dict[str, Any] | None:
-    done = kube.run("get", "lease", "-n", NAMESPACE, node, "-o", "json", check=False)
-    return json.loads(done.stdout) if done.returncode == 0 else None
-
-
-def published(kube: Kube, node: str) -> geometry.Geometry | None:
-    obj = lease(kube, node)
-    if obj is None:
-        return None
-    text = obj["metadata"].get("annotations", {}).get(GEOMETRY_ANNOTATION)
-    return geometry.decode(text) if text else None
-
-
 @pytest.fixture(scope="module", autouse=True)
 def extender(kube: Kube, playbooks: Playbooks, workload_namespace: str) -> Iterator[None]:
     playbooks.run("hygon.dcu.enable_mig", "-e", f"target={kube.node}")
-    deploy(playbooks, kube, "binpack")
+    deploy_extender(playbooks, kube, "binpack")
     wait_for("the extender and the second scheduler Ready", lambda: extender_ready(kube), 240)
     wait_for(
         "the node's geometry Lease with both cards",
@@ -155,33 +110,6 @@ def profile_limits(profile: str) -> dict[str, str]:
     return {FAMILY: "1", PROFILE_PREFIX + profile: "1"}
 
 
-def pods(kube: Kube) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = kube.json("get", "pods", "-n", WORKLOAD_NAMESPACE, "-l", LABEL)[
-        "items"
-    ]
-    return items
-
-
-def reserved(pod: dict[str, Any]) -> reservation.Reservation | None:
-    text = pod["metadata"].get("annotations", {}).get(RESERVATION_ANNOTATION)
-    return reservation.decode(text) if text else None
-
-
-def delete_all(kube: Kube) -> None:
-    kube.run(
-        "delete",
-        "pods",
-        "-n",
-        WORKLOAD_NAMESPACE,
-        "-l",
-        LABEL,
-        "--force",
-        "--grace-period=0",
-        timeout=180,
-    )
-    wait_for("the extender test pods gone", lambda: not pods(kube), 120)
-
-
 # --- 1. the measured burst on the real node ---------------------------------------------------
 
 
@@ -206,7 +134,7 @@ def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
     )
 
     def settled() -> tuple[list[str], list[str]] | None:
-        current = {p["metadata"]["name"]: p for p in pods(kube)}
+        current = {p["metadata"]["name"]: p for p in labelled_pods(kube, LABEL)}
         failed = [n for n, p in current.items() if p.get("status", {}).get("phase") == "Failed"]
         assert not failed, {n: current[n].get("status") for n in failed}
         running = sorted(n for n, p in current.items() if p["status"].get("phase") == "Running")
@@ -242,8 +170,8 @@ def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
         if " Failed\n" in str(failed):
             raise
         pytest.fail(f"{failed}\n{why_pending(kube, pending[0], cluster_sim)}")
-    assert all(p["status"].get("phase") != "Failed" for p in pods(kube))
-    delete_all(kube)
+    assert all(p["status"].get("phase") != "Failed" for p in labelled_pods(kube, LABEL))
+    delete_labelled_pods(kube, LABEL)
     wait_for("every burst instance destroyed", lambda: not cluster_sim.live_uuids(), 120)
 
 
@@ -435,20 +363,20 @@ def test_a_size_no_node_offers_is_refused_at_creation(kube: Kube) -> None:
     fits = extender_pod("size-largest", {FAMILY: "1", MEMORY_MIB: str(largest.memory_mib)}, {})
     fits["spec"]["nodeSelector"] = {FAKE_GROUP: "none"}
     kube.apply(fits)
-    delete_all(kube)
+    delete_labelled_pods(kube, LABEL)
 
 
 def test_spread_picks_the_emptiest_node(kube: Kube, playbooks: Playbooks) -> None:
-    deploy(playbooks, kube, "spread")
+    deploy_extender(playbooks, kube, "spread")
     wait_for("the extender Ready with spread", lambda: extender_ready(kube), 240)
     add_fake_node(kube, "e2e-sp-a", "spread", model_geometry("c3000-bw", 2, [{0, 1}, {0}]))
     add_fake_node(kube, "e2e-sp-b", "spread", model_geometry("c3000-bw", 2, [{0}, set()]))
     kube.apply(extender_pod("spread-small", profile_limits("2g.15gb"), {FAKE_GROUP: "spread"}))
     node, held = wait_for("spread-small bound", lambda: bound(kube, "spread-small"), 120)
     assert node == "e2e-sp-b", held
-    deploy(playbooks, kube, "binpack")
+    deploy_extender(playbooks, kube, "binpack")
     wait_for("the extender Ready with binpack again", lambda: extender_ready(kube), 240)
-    delete_all(kube)
+    delete_labelled_pods(kube, LABEL)
 
 
 # --- 3. concurrent binds ------------------------------------------------------------------------
@@ -468,7 +396,9 @@ def test_32_pods_at_once_never_share_a_slice(kube: Kube) -> None:
     )
 
     def all_decided() -> list[dict[str, Any]] | None:
-        current = [p for p in pods(kube) if p["metadata"]["name"].startswith("many-")]
+        current = [
+            p for p in labelled_pods(kube, LABEL) if p["metadata"]["name"].startswith("many-")
+        ]
         placed = [p for p in current if p["spec"].get("nodeName")]
         return placed if len(current) == 32 and len(placed) == 24 else None
 
@@ -485,5 +415,5 @@ def test_32_pods_at_once_never_share_a_slice(kube: Kube) -> None:
                 assert key not in slices, f"{pod['metadata']['name']} and {slices[key]}: {key}"
                 slices[key] = pod["metadata"]["name"]
     assert len(slices) == 24
-    delete_all(kube)
+    delete_labelled_pods(kube, LABEL)
     remove_fake_nodes(kube)

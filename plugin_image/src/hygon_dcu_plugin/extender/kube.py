@@ -55,7 +55,7 @@ EXTENDER_ACCESS: tuple[tuple[str, str, str], ...] = (
     # bind_pod: the extender is the binder (bindVerb). The pod's binding subresource, as
     # kube-scheduler binds, not the namespaced "bindings" resource.
     ("", "pods/binding", "create"),
-    ("", "events", "create"),  # create_event: a reservation lapsed
+    ("", "events", "create"),  # create_event: a reservation not carved in time
 )
 EXTENDER_LEASE_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("coordination.k8s.io", "leases", "get"),  # get_lease: bind reads the node's geometry
@@ -88,6 +88,7 @@ class LeaseInfo:
     text: object  # the geometry annotation's value
     renewed: float | None  # spec.renewTime, seconds since the epoch
     duration: int | None  # spec.leaseDurationSeconds
+    version: str = ""  # metadata.resourceVersion: changes with every write
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,14 @@ def lease_from_json(obj: object) -> LeaseInfo | None:
     duration = spec.get("leaseDurationSeconds")
     if not isinstance(duration, int) or isinstance(duration, bool) or duration < 0:
         duration = None
-    return LeaseInfo(name, text, _timestamp(spec.get("renewTime")), duration)
+    version = metadata.get("resourceVersion")
+    return LeaseInfo(
+        name,
+        text,
+        _timestamp(spec.get("renewTime")),
+        duration,
+        version if isinstance(version, str) else "",
+    )
 
 
 def pod_from_json(obj: object, keep_raw: bool = True) -> PodInfo | None:

@@ -30,8 +30,8 @@ from .verbs import Extender
 log = logging.getLogger(__name__)
 
 NAMESPACE_ENV = "POD_NAMESPACE"
-# Inclusive bounds: a refresh below the floor busy-loops against the API server; a
-# reservation must outlive a few refreshes or it lapses before a carve can be seen.
+# Inclusive bounds: a refresh below the floor busy-loops against the API server; the
+# reservation warning must wait a few refreshes or it is given before a carve can be seen.
 REFRESH_BOUNDS = (0.1, 300.0)
 RESERVATION_BOUNDS = (1.0, 86400.0)
 RESERVATION_REFRESHES = 3
@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--reservation-seconds",
         type=float,
         default=DEFAULT_RESERVATION_SECONDS,
-        help="a reservation not carved within this long lapses",
+        help="a reservation still not carved this long after it was made gets a Warning Event "
+        "on its pod; it is kept while the pod is bound and not finished",
     )
     parser.add_argument(
         "--refresh-seconds",
@@ -131,7 +132,7 @@ def check(options: argparse.Namespace) -> None:
         raise UsageError(
             f"--reservation-seconds {options.reservation_seconds:g} must be at least "
             f"{RESERVATION_REFRESHES} x --refresh-seconds ({options.refresh_seconds:g}), or a "
-            "reservation lapses before its carve can be seen"
+            "reservation is reported as not carved before its carve can be seen"
         )
     if not 0 <= options.port <= 65535:
         raise UsageError(f"--port {options.port} is not a port number")

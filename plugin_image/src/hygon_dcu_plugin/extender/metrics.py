@@ -56,7 +56,7 @@ class ExtenderMetrics(Metrics):
         self.released = Counter(
             _PREFIX + "reservations_released_total", "Reservations released, by why."
         )
-        for why in ("carved", "pod-gone", "pod-finished", "bound-elsewhere", "lapsed"):
+        for why in ("carved", "pod-gone", "pod-finished", "bound-elsewhere"):
             self.released.zero(why=why)
         self.held = Gauge(_PREFIX + "reservations", "Reservations made and not yet carved.")
         self.stale = Gauge(

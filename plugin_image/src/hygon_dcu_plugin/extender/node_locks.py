@@ -1,8 +1,9 @@
-"""One lock per node name, for the binds on that node (docs/dev/extender.md: binds on one node
-are serialised so two of them never reserve the same slices).
+"""One lock per name, for the binds in flight (docs/dev/extender.md): per node, so two binds
+never reserve the same slices; per pod, so a pod is bound once, to the node its reservation
+names.
 
-A node's lock exists only while a bind holds or waits for it, so the table is bounded by the
-binds in flight, not by every node ever seen: nodes that are gone leave nothing behind.
+A name's lock exists only while a bind holds or waits for it, so the table is bounded by the
+binds in flight, not by every node or pod ever seen: those that are gone leave nothing behind.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ class _Entry:
         self.users = 0
 
 
-class NodeLocks:
+class NamedLocks:
     def __init__(self) -> None:
         self._guard = threading.Lock()
         self._locks: dict[str, _Entry] = {}
 
     @contextlib.contextmanager
-    def holding(self, node: str, timeout: float) -> Iterator[bool]:
-        """Hold the node's lock for the block; yields False when it was not had in time."""
+    def holding(self, name: str, timeout: float) -> Iterator[bool]:
+        """Hold the name's lock for the block; yields False when it was not had in time."""
         with self._guard:
-            entry = self._locks.setdefault(node, _Entry())
+            entry = self._locks.setdefault(name, _Entry())
             entry.users += 1
         acquired = entry.lock.acquire(timeout=timeout)
         try:
@@ -40,7 +41,7 @@ class NodeLocks:
             with self._guard:
                 entry.users -= 1
                 if not entry.users:
-                    del self._locks[node]
+                    del self._locks[name]
 
     def __len__(self) -> int:
         with self._guard:

@@ -2,21 +2,31 @@
 reservation table (what bind reserved and the node has not carved yet). Thread-safe.
 
 One background thread refreshes both every ``refresh_seconds``: it lists the geometry Leases
-and the reserved pods, and releases a reserved span when
+and the reserved pods, and releases a reserved span only when
 - the Lease's owners show that pod carved it there (the geometry counts it from then on);
 - the pod is gone, finished, or bound to another node (only for entries made before the list
-  was asked for, so a bind in flight is never released under it);
-- it is older than ``reservation_seconds`` and not carved: logged, with a Warning Event on the
-  pod saying the reservation lapsed.
-A released pod loses RESERVED_LABEL (its annotation stays: the allocator reads it), and so
-does a labelled pod no bind can be writing, so the reserved-pod list holds live reservations,
-not every partition pod ever bound.
-Before its first refresh it rebuilds the table from the reserved pods' annotations (bound,
-not finished, not yet lapsed), so a restarted extender keeps counting what it reserved; until
-that worked, ``ready`` is false and the verbs refuse to decide.
+  was asked for, so a bind in flight is never released under it).
+Never for its age: the allocator carves exactly the reservation whenever the kubelet admits
+the pod, so a span freed before that would be given to two pods. A reservation not carved
+``reservation_seconds`` after it was made is reported once (a log line and a Warning Event on
+the pod) and kept.
+A listed pod outside the table is taken into it by the rebuild's rule below (a reservation
+the table lost track of); the others, and the pods just released, lose RESERVED_LABEL (the
+annotation stays: the allocator reads it) unless a bind may be writing them, so the
+reserved-pod list holds live reservations, not every partition pod ever bound.
+Before its first refresh it rebuilds the table from the reserved pods' annotations: each pod
+bound to the node its reservation names and not finished, whatever the reservation's age. So
+a restarted extender keeps counting what it reserved; until that worked, ``ready`` is false
+and the verbs refuse to decide.
 
-A Lease's staleness is judged when a node is read, not when it was listed: renewTime +
-leaseDurationSeconds in the past means the plugin stopped renewing it (down, or not Ready).
+A Lease's staleness is the extender's own observation, judged when a node is read: it is
+current while the extender saw its renewTime or resourceVersion change within its
+leaseDurationSeconds (at most MAX_LEASE_SECONDS), by the extender's monotonic clock, so a
+writer's clock running ahead or a huge duration cannot keep a node whose plugin is gone
+schedulable. Until it has seen a change (first sight, as after a restart), renewTime +
+duration must also be ahead of the extender's wall clock: the writer's clock may withhold
+trust, never extend it. A new extender thus trusts a Lease for at most one duration from
+first sight, and not at all when its renewTime is already older than that.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from ..config import BOUNDS
 from ..geometry import Geometry, GeometryError, decode
 from ..reservation import Reservation, ReservationError, Reserved
 from ..reservation import decode as decode_reservation
@@ -40,8 +51,12 @@ DEFAULT_REFRESH_SECONDS = 2.0
 DEFAULT_RESERVATION_SECONDS = 300.0
 # /healthz fails when the last good Lease list is older than this many refresh periods.
 HEALTHY_PERIODS = 3
-LAPSED_REASON = "ReservationLapsed"
+OVERDUE_REASON = "ReservationNotCarved"
 NO_GEOMETRY = "no geometry published"
+STALE = "geometry stale"
+# The longest leaseDurationSeconds the device plugin can be configured to write
+# (geometry_lease_seconds): a longer one in a Lease is taken as this.
+MAX_LEASE_SECONDS = int(BOUNDS["geometry_lease_seconds"][1])
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,7 @@ class Held:
     containers: Mapping[str, Reserved]
     made_at: float  # seconds since the epoch (the annotation's "at")
     added: float  # time.monotonic() when it entered the table
+    reported: bool = False  # its Warning for not being carved in time was given
 
 
 @dataclass(frozen=True)
@@ -65,22 +81,49 @@ class _Node:
 @dataclass(frozen=True)
 class Released:
     held: Held
-    why: str  # carved, pod-gone, pod-finished, bound-elsewhere, lapsed
+    why: str  # carved, pod-gone, pod-finished, bound-elsewhere
 
 
-def lease_view(lease: LeaseInfo, now: float) -> tuple[Geometry | None, str]:
-    """The geometry of a Lease as it may be used at ``now``, or None and why not."""
-    why = _stale(lease, now)
+@dataclass(frozen=True)
+class Sighting:
+    """What the extender last saw of a node's Lease, and when by its own monotonic clock."""
+
+    renewed: float | None
+    version: str
+    at: float  # when the Lease was first seen, or last seen with a new renewTime or version
+    changed: bool  # a change was seen, not only the first sight
+
+    @classmethod
+    def first(cls, lease: LeaseInfo, seen_at: float) -> Sighting:
+        return cls(lease.renewed, lease.version, seen_at, False)
+
+    def then(self, lease: LeaseInfo, seen_at: float) -> Sighting:
+        """The sighting after the Lease was read again at ``seen_at``."""
+        if (lease.renewed, lease.version) == (self.renewed, self.version):
+            return self
+        return Sighting(lease.renewed, lease.version, seen_at, True)
+
+
+def lease_view(
+    lease: LeaseInfo, sighting: Sighting, now: float, seen_now: float
+) -> tuple[Geometry | None, str]:
+    """The geometry of a Lease as it may be used at ``now`` (wall clock; ``seen_now`` on the
+    sighting's monotonic clock), or None and why not."""
+    why = _stale(lease, sighting, now, seen_now)
     return (None, why) if why else _decoded(lease)
 
 
-def _stale(lease: LeaseInfo, now: float) -> str:
-    """Why the Lease cannot be trusted at ``now`` for its age, or ""."""
+def _stale(lease: LeaseInfo, sighting: Sighting, now: float, seen_now: float) -> str:
+    """Why the Lease cannot be trusted for its age, or "" (the module docstring's rule)."""
     if lease.renewed is None or lease.duration is None:
         return "geometry Lease has no renewTime or leaseDurationSeconds"
-    if lease.renewed + lease.duration < now:
+    trusted = min(lease.duration, MAX_LEASE_SECONDS)
+    if not sighting.changed and lease.renewed + trusted < now:
         ago = max(0, int(now - lease.renewed))
-        return f"geometry stale: renewed {ago} s ago, plugin down or not Ready?"
+        return f"{STALE}: renewed {ago} s ago, plugin down or not Ready?"
+    silent = seen_now - sighting.at
+    if silent > trusted:
+        return f"{STALE}: no renewal seen for {int(silent)} s, plugin down or not Ready?"
     return ""
 
 
@@ -100,6 +143,14 @@ def _carved(geometry: Geometry, reserved: Reserved, uid: str) -> bool:
     )
 
 
+def _made_at(pod: PodInfo) -> float | None:
+    """When the pod's reservation was made, or None when it has none that can be read."""
+    try:
+        return decode_reservation(pod.annotations.get(RESERVATION_ANNOTATION)).made_at
+    except ReservationError:
+        return None
+
+
 def _spans_text(held: Held) -> str:
     return ", ".join(
         f"{r.profile} at card {r.card} slices {r.start}:{r.size} (container {name})"
@@ -116,14 +167,18 @@ class ExtenderState:
         refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
         reservation_seconds: float = DEFAULT_RESERVATION_SECONDS,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.refresh_seconds = refresh_seconds
+        # Not a lifetime: after this long a reservation not carved is reported, and kept.
         self.reservation_seconds = reservation_seconds
         self._clock = clock
+        self._monotonic = monotonic  # when Leases were seen to change
         self._lock = threading.Lock()
         self._nodes: dict[str, _Node] = {}
+        self._sightings: dict[str, Sighting] = {}  # node -> its Lease as last seen
         self._held: dict[str, Held] = {}  # pod uid -> its reservation
         self._rebuilt = False
         self._listed_at: float | None = None  # monotonic, the last good Lease list
@@ -159,28 +214,38 @@ class ExtenderState:
         the node's Lease than the last list."""
         if lease is None:
             return self.node_states([name], exclude_uid)[0]
+        now, seen_now = self._clock(), self._monotonic()
         with self._lock:
             reserved = self._spans(exclude_uid).get(name, {})
-        geometry, why = lease_view(lease, self._clock())
+            sighting = self._sight(lease, seen_now)
+        geometry, why = lease_view(lease, sighting, now, seen_now)
         return NodeState(name, geometry, why, reserved)
 
     def node_states(self, names: Iterable[str], exclude_uid: str = "") -> list[NodeState]:
         """``node_state`` of each node, read at once (one pass over the table for all)."""
-        now = self._clock()
+        now, seen_now = self._clock(), self._monotonic()
         with self._lock:
             spans = self._spans(exclude_uid)
-            entries = [(name, self._nodes.get(name)) for name in names]
+            entries = [(name, self._nodes.get(name), self._sightings.get(name)) for name in names]
         states = []
-        for name, entry in entries:
+        for name, entry, sighting in entries:
             geometry: Geometry | None = None
             if entry is None:
                 why = NO_GEOMETRY
             else:
                 # Decoded once per change of the text; staleness judged now.
-                why = _stale(entry.lease, now) or entry.error
+                seen = sighting or Sighting.first(entry.lease, seen_now)
+                why = _stale(entry.lease, seen, now, seen_now) or entry.error
                 geometry = None if why else entry.geometry
             states.append(NodeState(name, geometry, why, spans.get(name, {})))
         return states
+
+    def _sight(self, lease: LeaseInfo, seen_now: float) -> Sighting:
+        """Record a read of the Lease (under the lock); its sighting now."""
+        known = self._sightings.get(lease.name)
+        sighting = Sighting.first(lease, seen_now) if known is None else known.then(lease, seen_now)
+        self._sightings[lease.name] = sighting
+        return sighting
 
     def _spans(self, exclude_uid: str) -> dict[str, dict[str, tuple[tuple[int, int], ...]]]:
         """node -> card -> the spans reserved there (but those of ``exclude_uid``)."""
@@ -202,16 +267,16 @@ class ExtenderState:
 
     def counts(self) -> tuple[int, int]:
         """(reservations held, nodes whose geometry is stale) for the metrics."""
-        now = self._clock()
+        now, seen_now = self._clock(), self._monotonic()
         with self._lock:
             held = len(self._held)
-            leases = [n.lease for n in self._nodes.values()]
+            leases = [(n.lease, self._sightings.get(name)) for name, n in self._nodes.items()]
         stale = sum(
             1
-            for lease in leases
-            if lease.renewed is not None
-            and lease.duration is not None
-            and lease.renewed + lease.duration < now
+            for lease, sighting in leases
+            if _stale(lease, sighting or Sighting.first(lease, seen_now), now, seen_now).startswith(
+                STALE
+            )
         )
         return held, stale
 
@@ -267,10 +332,9 @@ class ExtenderState:
                 self._list_error = str(error)
             log.warning("rebuild_failed", extra={"error": str(error)})
             return False
-        now = self._clock()
         table: dict[str, Held] = {}
         for pod in pods:
-            held = self._from_annotation(pod, now, started)
+            held = self._from_annotation(pod, started)
             if held is not None:
                 table[pod.ref.uid] = held
         with self._lock:
@@ -280,7 +344,10 @@ class ExtenderState:
         log.info("reservations_rebuilt", extra={"reservations": len(table), "pods": len(pods)})
         return True
 
-    def _from_annotation(self, pod: PodInfo, now: float, started: float) -> Held | None:
+    def _from_annotation(self, pod: PodInfo, started: float) -> Held | None:
+        """The pod's reservation as the table holds it: while the pod is bound to the node it
+        names and not finished, whatever its age (the allocator carves it whenever the pod
+        is admitted). None for any other pod."""
         text = pod.annotations.get(RESERVATION_ANNOTATION)
         # Unbound: its bind failed or never finished (no bind is in flight at start).
         if text is None or pod.terminal or not pod.node_name:
@@ -290,10 +357,7 @@ class ExtenderState:
         except ReservationError as error:
             log.warning("reservation_unreadable", extra={"pod": pod.ref.name, "error": str(error)})
             return None
-        if (
-            reservation.node != pod.node_name
-            or now - reservation.made_at > self.reservation_seconds
-        ):
+        if reservation.node != pod.node_name:
             return None
         return Held(pod.ref, reservation.node, reservation.containers, reservation.made_at, started)
 
@@ -320,33 +384,46 @@ class ExtenderState:
                 self._nodes = self._read(leases)
                 self._listed_at = started
                 self._list_error = ""
-            released = self._release(started, pods)
-            unlabel = self._unlabel(released, pods or [])
+            released, overdue = self._release(started, pods)
+            unlabel = self._adopt_or_unlabel(released, pods or [], started)
         for item in released:
             self._announce(item)
+        for held, age in overdue:
+            self._report_overdue(held, age)
         for pod in unlabel:
             self._drop_label(pod)
         return released
 
-    def _unlabel(self, released: list[Released], pods: list[PodInfo]) -> list[PodInfo]:
-        """The listed pods whose RESERVED_LABEL is no longer needed: those just released (but
-        gone), and leftovers not in the table that no bind can be writing (finished, or a
-        reservation that lapsed or cannot be read). Dropping the label keeps the reserved-pod
-        list to the pods with live reservations."""
+    def _adopt_or_unlabel(
+        self, released: list[Released], pods: list[PodInfo], started: float
+    ) -> list[PodInfo]:
+        """Under the lock, for the listed pods outside the table: take in those the rebuild
+        would and the geometry does not show carved (a reservation the table lost, e.g. by a
+        Binding that landed after its outcome was reported unknown); return those whose
+        RESERVED_LABEL is no longer needed. Those are the pods just released, and those no
+        bind can be writing: finished, bound (a bind writes before it binds), or unbound with
+        a reservation written over ``reservation_seconds`` ago or unreadable. Dropping the
+        label keeps the reserved-pod list to the pods with live reservations."""
         done = {item.held.pod.uid for item in released}
         now = self._clock()
         chosen = []
         for pod in pods:
             if pod.ref.uid in self._held:
                 continue
-            if pod.ref.uid in done or pod.terminal:
-                chosen.append(pod)
-                continue
-            try:
-                made_at = decode_reservation(pod.annotations.get(RESERVATION_ANNOTATION)).made_at
-            except ReservationError:
-                made_at = 0.0
-            if now - made_at > self.reservation_seconds:
+            if pod.ref.uid not in done:
+                held = self._from_annotation(pod, started)
+                if held is not None and self._uncarved(held):
+                    self._held[pod.ref.uid] = held
+                    log.info("reservation_adopted", extra=self._fields(held))
+                    continue
+            made_at = _made_at(pod)
+            if (
+                pod.ref.uid in done
+                or pod.terminal
+                or pod.node_name
+                or made_at is None
+                or now - made_at > self.reservation_seconds
+            ):
                 chosen.append(pod)
         return chosen
 
@@ -359,8 +436,11 @@ class ExtenderState:
         except KubeApiError as error:
             log.warning("unlabel_failed", extra={"pod": pod.ref.name, "error": str(error)})
 
-    def _read(self, leases: Iterable[LeaseInfo]) -> dict[str, _Node]:
+    def _read(self, leases: list[LeaseInfo]) -> dict[str, _Node]:
         nodes: dict[str, _Node] = {}
+        seen_now = self._monotonic()
+        sightings = {lease.name: self._sight(lease, seen_now) for lease in leases}
+        self._sightings = sightings  # a Lease no longer listed is seen anew if it comes back
         for lease in leases:
             known = self._nodes.get(lease.name)
             if known is not None and known.lease.text == lease.text:
@@ -372,27 +452,39 @@ class ExtenderState:
             nodes[lease.name] = _Node(lease, geometry, error)
         return nodes
 
-    def _release(self, started: float, pods: list[PodInfo] | None) -> list[Released]:
+    def _uncarved(self, held: Held) -> dict[str, Reserved] | None:
+        """The containers of the entry the node's geometry does not show carved for its pod;
+        None when they all are."""
+        node = self._nodes.get(held.node)
+        geometry = node.geometry if node is not None else None
+        if geometry is None:
+            return dict(held.containers)
+        left = {
+            name: reserved
+            for name, reserved in held.containers.items()
+            if not _carved(geometry, reserved, held.pod.uid)
+        }
+        return left or None
+
+    def _release(
+        self, started: float, pods: list[PodInfo] | None
+    ) -> tuple[list[Released], list[tuple[Held, int]]]:
+        """Under the lock: the entries released, and those to report as not carved in time
+        (with their age in seconds)."""
         now = self._clock()
         listed = {pod.ref.uid: pod for pod in pods} if pods is not None else None
         released: list[Released] = []
+        overdue: list[tuple[Held, int]] = []
         for uid, entry in list(self._held.items()):
             held = entry
-            node = self._nodes.get(held.node)
-            geometry = node.geometry if node is not None else None
-            if geometry is not None:
-                left = {
-                    name: reserved
-                    for name, reserved in held.containers.items()
-                    if not _carved(geometry, reserved, uid)
-                }
-                if not left:
-                    released.append(Released(held, "carved"))
-                    del self._held[uid]
-                    continue
-                if len(left) != len(held.containers):
-                    held = replace(held, containers=left)
-                    self._held[uid] = held
+            left = self._uncarved(held)
+            if left is None:
+                released.append(Released(held, "carved"))
+                del self._held[uid]
+                continue
+            if len(left) != len(held.containers):
+                held = replace(held, containers=left)
+                self._held[uid] = held
             why = ""
             if listed is not None and held.added < started:
                 pod = listed.get(uid)
@@ -402,34 +494,39 @@ class ExtenderState:
                     why = "pod-finished"
                 elif pod.node_name and pod.node_name != held.node:
                     why = "bound-elsewhere"
-            if not why and now - held.made_at > self.reservation_seconds:
-                why = "lapsed"
             if why:
                 released.append(Released(held, why))
                 del self._held[uid]
-        return released
+            elif not held.reported and now - held.made_at > self.reservation_seconds:
+                held = replace(held, reported=True)
+                self._held[uid] = held
+                overdue.append((held, int(now - held.made_at)))
+        return released, overdue
 
-    def _announce(self, item: Released) -> None:
-        held = item.held
-        extra = {
+    @staticmethod
+    def _fields(held: Held) -> dict[str, str]:
+        return {
             "namespace": held.pod.namespace,
             "pod": held.pod.name,
             "uid": held.pod.uid,
             "node": held.node,
-            "why": item.why,
         }
-        if item.why != "lapsed":
-            log.info("reservation_released", extra=extra)
-        else:
-            message = (
-                f"the reservation of {_spans_text(held)} on node {held.node} lapsed: not carved "
-                f"within {self.reservation_seconds:g} s, so the extender no longer keeps those "
-                "slices for this pod"
-            )
-            log.warning("reservation_lapsed", extra={**extra, "detail": message})
-            try:
-                self.api.create_event(held.pod, "Warning", LAPSED_REASON, message)
-            except KubeApiError as error:
-                log.warning("event_failed", extra={**extra, "error": str(error)})
+
+    def _announce(self, item: Released) -> None:
+        log.info("reservation_released", extra={**self._fields(item.held), "why": item.why})
         if self.on_release is not None:
             self.on_release(item)
+
+    def _report_overdue(self, held: Held, age: int) -> None:
+        message = (
+            f"the reservation of {_spans_text(held)} on node {held.node} is not carved {age} s "
+            "after it was made; it is kept while the pod is bound and not finished, since the "
+            "node's device plugin carves exactly it when the kubelet admits the pod. Is the "
+            "kubelet or the device plugin of that node down? Deleting the pod frees it"
+        )
+        extra = self._fields(held)
+        log.warning("reservation_not_carved", extra={**extra, "detail": message})
+        try:
+            self.api.create_event(held.pod, "Warning", OVERDUE_REASON, message)
+        except KubeApiError as error:
+            log.warning("event_failed", extra={**extra, "error": str(error)})

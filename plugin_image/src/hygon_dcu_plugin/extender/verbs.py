@@ -11,15 +11,23 @@ Filter and prioritize place the pod on each node's current view (``decide.place`
 every reservation but the pod's own. Bind, under the node's lock: read the pod (fresh
 resourceVersion), reuse its reservation if this is a retried bind of the same node, else read
 the node's Lease, place, write the reservation on the pod with that resourceVersion (a pod
-changed meanwhile is refused) and enter it in the table; then, outside the lock, create the
-Binding. A Binding the API server refuses removes the entry; one whose outcome is unknown
-(timeout, connection lost) keeps it, since the pod may be bound: the state's release rules
-clean it up.
+changed meanwhile is refused) and enter it in the table; then, outside the node's lock,
+create the Binding. A Binding the API server refuses removes the entry; one whose outcome is
+unknown (timeout, connection lost) keeps it, since the pod may be bound: the state's release
+rules clean it up.
+
+A pod is bound once, to the node its reservation names. Its binds run one at a time (its own
+lock, held from the first read to the Binding's answer), so a retry the scheduler sends after
+its httpTimeout, to whatever node, waits for the bind before it and then reads the pod that
+one left: bound to that node (answered as bound), bound elsewhere (refused), or not bound.
+After a Binding of unknown outcome, a bind of the pod to another node is refused for
+BINDING_SETTLE_SECONDS, while the first Binding may still be applied.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -37,14 +45,18 @@ from ..webhook.review import KEPT_VIOLATIONS, Decision
 from ..webhook.rules import find_violations
 from .decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, place, score
 from .kube import BindingRefused, ExtenderApi, KubeApiError, PodChanged, PodInfo
-from .node_locks import NodeLocks
+from .node_locks import NamedLocks
 from .state import NO_GEOMETRY, ExtenderState, Held
 from .wire import BindingArgs, ExtenderArgs, binding_result, filter_result, priority_list
 
 log = logging.getLogger(__name__)
 
-# A bind waits this long for the binds before it on the same node.
+# A bind waits this long for the binds before it on the same node, and for the one of the
+# same pod.
 BIND_LOCK_SECONDS = 10.0
+# How long the API server may still apply a Binding whose answer never came: its request
+# timeout (kube-apiserver --request-timeout, 60 s by default).
+BINDING_SETTLE_SECONDS = 60.0
 
 Requests = list[tuple[str, PartitionRequest]]
 
@@ -63,6 +75,8 @@ class BindOutcome(StrEnum):
     API_ERROR = "api-error"
     BUSY = "busy"
     NOT_READY = "not-ready"
+    # An earlier Binding of the pod, to another node, has an unknown outcome.
+    EARLIER_BIND = "earlier-bind"
 
 
 @dataclass(frozen=True)
@@ -112,6 +126,8 @@ class Extender:
         clock: Callable[[], float] = time.time,
         lock_seconds: float = BIND_LOCK_SECONDS,
         scheduler_name: str = SCHEDULER_NAME,
+        settle_seconds: float = BINDING_SETTLE_SECONDS,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if policy not in NODE_POLICIES:
             raise ValueError(f"unknown node policy {policy!r}; use one of {NODE_POLICIES}")
@@ -121,7 +137,13 @@ class Extender:
         self._clock = clock
         self._lock_seconds = lock_seconds
         self.scheduler_name = scheduler_name
-        self.locks = NodeLocks()
+        self.locks = NamedLocks()  # by node name
+        self.pod_locks = NamedLocks()  # by pod uid
+        self._settle_seconds = settle_seconds
+        self._monotonic = monotonic
+        self._unsettled_lock = threading.Lock()
+        # pod uid -> (node, until): its last Binding's outcome is unknown until then
+        self._unsettled: dict[str, tuple[str, float]] = {}
 
     @property
     def ready(self) -> bool:
@@ -157,6 +179,44 @@ class Extender:
     def bind(self, args: BindingArgs) -> BindAnswer:
         if not self.ready:
             return BindAnswer(BindOutcome.NOT_READY, "the extender has not read the cluster yet")
+        with self.pod_locks.holding(args.pod.uid, self._lock_seconds) as acquired:
+            if not acquired:
+                return BindAnswer(
+                    BindOutcome.BUSY,
+                    f"pod {args.pod.key} is still being bound by an earlier request (waited "
+                    f"{self._lock_seconds:g} s); the scheduler will retry",
+                )
+            earlier = self._earlier_binding(args)
+            if earlier:
+                return BindAnswer(BindOutcome.EARLIER_BIND, earlier)
+            return self._bind(args)
+
+    def _earlier_binding(self, args: BindingArgs) -> str:
+        """Why the pod cannot be bound to ``args.node`` yet: an earlier Binding of it to
+        another node has an unknown outcome and may still be applied; "" otherwise."""
+        now = self._monotonic()
+        with self._unsettled_lock:
+            self._unsettled = {uid: e for uid, e in self._unsettled.items() if e[1] > now}
+            entry = self._unsettled.get(args.pod.uid)
+        if entry is None or entry[0] == args.node:
+            return ""
+        node, until = entry
+        return (
+            f"the earlier bind of pod {args.pod.key} to {node} has an unknown outcome (the API "
+            f"server may still apply it for {until - now:.0f} s); not binding it to "
+            f"{args.node} meanwhile; the scheduler will retry"
+        )
+
+    def _settled(self, uid: str, unknown_on: str = "") -> None:
+        """Record how the pod's last Binding ended: known, or unknown on node ``unknown_on``."""
+        with self._unsettled_lock:
+            if unknown_on:
+                self._unsettled[uid] = (unknown_on, self._monotonic() + self._settle_seconds)
+            else:
+                self._unsettled.pop(uid, None)
+
+    def _bind(self, args: BindingArgs) -> BindAnswer:
+        """Under the pod's lock: reserve under the node's, then create the Binding."""
         with self.locks.holding(args.node, self._lock_seconds) as acquired:
             if not acquired:
                 return BindAnswer(
@@ -171,22 +231,28 @@ class Extender:
             except KubeApiError as error:
                 return BindAnswer(BindOutcome.API_ERROR, str(error))
         if isinstance(prepared, BindAnswer):
+            if prepared.outcome is BindOutcome.ALREADY_BOUND:
+                self._settled(args.pod.uid)
             return prepared
         pod, held, created = prepared
         try:
             self.api.bind_pod(pod.ref, args.node)
         except BindingRefused as error:
+            self._settled(pod.ref.uid)
             if held is not None and created:
                 self.state.forget(held)
             return BindAnswer(BindOutcome.BINDING_REFUSED, str(error))
         except KubeApiError as error:
             # The pod may be bound all the same: its reservation stays until the release
-            # rules see the pod carved, gone or bound elsewhere, or it lapses.
+            # rules see the pod carved, gone or bound elsewhere, and no bind to another node
+            # rewrites it while this Binding may still land.
+            self._settled(pod.ref.uid, unknown_on=args.node)
             log.warning(
                 "binding_outcome_unknown",
                 extra={"pod": pod.ref.name, "namespace": pod.ref.namespace, "error": str(error)},
             )
             return BindAnswer(BindOutcome.API_ERROR, str(error))
+        self._settled(pod.ref.uid)
         outcome = BindOutcome.BOUND if created or held is None else BindOutcome.REUSED
         log.info(
             "bound",
@@ -228,6 +294,8 @@ class Extender:
                 f"{self.scheduler_name!r}; this extender binds only that scheduler's pods",
             )
         if pod.node_name:
+            # Bound by the bind before this one (a retry after the scheduler's httpTimeout):
+            # that bind's answer, and never a second node.
             if pod.node_name == node:
                 return BindAnswer(BindOutcome.ALREADY_BOUND)
             return BindAnswer(

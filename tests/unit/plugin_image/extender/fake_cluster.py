@@ -59,9 +59,10 @@ class FakeCluster(LocalApiServer):  # type: ignore[misc]
         self.events: list[dict[str, Any]] = []
         self.calls: list[tuple[str, str]] = []  # (method, path without query)
         self.patch_types: list[str] = []
-        # Hooks: run (unlocked) before a patch or a Binding is applied; the status to refuse
-        # the next Bindings with.
+        # Hooks: run (unlocked) before a patch (namespace, name) or a Binding (namespace,
+        # name, target node) is applied; the status to refuse the next Bindings with.
         self.before_patch: Callable[[str, str], None] | None = None
+        self.before_binding: Callable[[str, str, str], None] | None = None
         self.binding_status: int | None = None
         self.lease_list_status: int | None = None
         cluster = self
@@ -284,6 +285,8 @@ class FakeCluster(LocalApiServer):  # type: ignore[misc]
     def post(self, path: str, body: Any) -> tuple[int, Any]:
         parts = path.strip("/").split("/")
         if len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[6] == "binding":
+            if self.before_binding is not None:
+                self.before_binding(parts[3], parts[5], str(body.get("target", {}).get("name")))
             if self.binding_status is not None:
                 return self.binding_status, _status(self.binding_status, "Injected")
             with self.lock:

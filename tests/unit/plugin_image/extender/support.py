@@ -93,13 +93,23 @@ def text(geometry: Geometry) -> str:
 
 
 class Clock:
-    """time.time for the extender, set by the test."""
+    """time.time for the extender, set by the test, and the monotonic clock by which the
+    extender sees Leases change (it moves only with ``elapse``)."""
 
     def __init__(self, now: float = T0) -> None:
         self.now = now
+        self.ticks = 0.0
 
     def __call__(self) -> float:
         return self.now
+
+    def monotonic(self) -> float:
+        return self.ticks
+
+    def elapse(self, seconds: float) -> None:
+        """Both clocks move on."""
+        self.now += seconds
+        self.ticks += seconds
 
 
 def client_certificate(authority: Authority, directory: Path) -> tuple[Path, Path]:
@@ -238,10 +248,11 @@ def serving(
         refresh_seconds=refresh_seconds,
         reservation_seconds=reservation_seconds,
         clock=clock,
+        monotonic=clock.monotonic,
     )
     metrics = ExtenderMetrics(sample=state.counts)
     state.on_release = lambda released: metrics.release(released.why)
-    extender = Extender(state, api, policy=policy, clock=clock)
+    extender = Extender(state, api, policy=policy, clock=clock, monotonic=clock.monotonic)
     certificates = (
         CertificateReloader(str(cert_path), str(key_path))
         if client_ca is None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from hygon_dcu_plugin.extender.kube import KubernetesExtenderApi, LeaseInfo, PodInfo
-from hygon_dcu_plugin.extender.state import ExtenderState, lease_view
+from hygon_dcu_plugin.extender.state import ExtenderState, Sighting, lease_view
 from hygon_dcu_plugin.reservation import Reservation, Reserved, encode
 from hygon_dcu_plugin.vocabulary import RESERVATION_ANNOTATION, RESERVED_LABEL
 
@@ -22,21 +22,48 @@ def make_state(
     return ExtenderState(api, NAMESPACE, reservation_seconds=reservation_seconds, clock=clock)
 
 
-def test_a_lease_is_used_until_renew_time_plus_its_duration(geometries: Geometries) -> None:
+def test_a_lease_is_trusted_for_its_capped_duration_from_when_it_was_seen_to_change(
+    geometries: Geometries,
+) -> None:
     geometry = geometries.empty()
-    lease = LeaseInfo("node-a", text(geometry), renewed=T0, duration=40)
-    assert lease_view(lease, T0 + 40) == (geometry, "")
-    assert lease_view(lease, T0 + 41) == (
+    lease = LeaseInfo("node-a", text(geometry), renewed=T0, duration=40, version="7")
+    first = Sighting.first(lease, 0.0)
+    assert lease_view(lease, first, T0 + 40, 40.0) == (geometry, "")
+    # First sight: renewTime's own age may withhold trust ...
+    assert lease_view(lease, first, T0 + 41, 0.0) == (
         None,
         "geometry stale: renewed 41 s ago, plugin down or not Ready?",
     )
-    assert lease_view(LeaseInfo("n", text(geometry), None, 40), T0)[1] == (
+    # ... and the extender's clock since it saw the Lease always counts.
+    assert lease_view(lease, first, T0, 41.0)[1] == (
+        "geometry stale: no renewal seen for 41 s, plugin down or not Ready?"
+    )
+    assert first.then(lease, 30.0) is first  # read again unchanged: not a renewal
+    # A renewal seen (here a writer's clock an hour behind): its renewTime no longer matters.
+    behind = LeaseInfo("node-a", text(geometry), renewed=T0 - 3600, duration=40, version="8")
+    seen = first.then(behind, 10.0)
+    assert (seen.changed, seen.at) == (True, 10.0)
+    assert lease_view(behind, seen, T0, 50.0) == (geometry, "")
+    assert lease_view(behind, seen, T0, 51.0)[1].startswith("geometry stale: no renewal seen")
+    # A new resourceVersion alone is a change too (renewTime has a second's resolution).
+    rewritten = LeaseInfo("node-a", text(geometry), renewed=T0, duration=40, version="9")
+    assert first.then(rewritten, 5.0).changed
+    # No duration over the plugin's longest setting.
+    huge = LeaseInfo("node-a", text(geometry), renewed=T0 + 10**6, duration=2**31 - 1)
+    assert lease_view(huge, Sighting.first(huge, 0.0), T0, 600.0) == (geometry, "")
+    assert lease_view(huge, Sighting.first(huge, 0.0), T0, 601.0)[1] == (
+        "geometry stale: no renewal seen for 601 s, plugin down or not Ready?"
+    )
+    unrenewed = LeaseInfo("n", text(geometry), None, 40)
+    assert lease_view(unrenewed, Sighting.first(unrenewed, 0.0), T0, 0.0)[1] == (
         "geometry Lease has no renewTime or leaseDurationSeconds"
     )
-    assert lease_view(LeaseInfo("n", None, T0, 40), T0)[1] == (
+    bare = LeaseInfo("n", None, T0, 40)
+    assert lease_view(bare, Sighting.first(bare, 0.0), T0, 0.0)[1] == (
         "no geometry published (the Lease has no hygon.com/dcu.geometry annotation)"
     )
-    garbled = lease_view(LeaseInfo("n", '{"v": 2, "gen": 1, "cards": []}', T0, 40), T0)
+    future = LeaseInfo("n", '{"v": 2, "gen": 1, "cards": []}', T0, 40)
+    garbled = lease_view(future, Sighting.first(future, 0.0), T0, 0.0)
     assert garbled == (None, "geometry unreadable: geometry schema '2' is not 1")
 
 
@@ -141,14 +168,14 @@ def test_a_bind_that_lands_during_a_refresh_is_not_released_as_gone(
     assert [r.why for r in state.refresh()] == ["pod-gone"]
 
 
-def test_the_rebuild_skips_what_cannot_be_trusted_or_has_lapsed(
+def test_the_rebuild_keeps_each_bound_reservation_whatever_its_age_and_skips_the_rest(
     tmp_path: Path, cluster: FakeCluster, geometries: Geometries
 ) -> None:
     clock = Clock()
     pci = geometries.empty().cards[0].pci
     state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
     fresh = _reserve(state, cluster, "fresh", T0 - 10, main=Reserved(pci, "2g.15gb", 0, 1))
-    old = _reserve(state, cluster, "old", T0 - 400, main=Reserved(pci, "2g.15gb", 1, 1))
+    old = _reserve(state, cluster, "old", T0 - 86400, main=Reserved(pci, "2g.15gb", 1, 1))
     garbled = _reserve(state, cluster, "garbled", T0, main=Reserved(pci, "2g.15gb", 2, 1))
     with cluster.lock:
         cluster.pods[("ml", "garbled")]["metadata"]["annotations"][RESERVATION_ANNOTATION] = "{"
@@ -157,11 +184,15 @@ def test_the_rebuild_skips_what_cannot_be_trusted_or_has_lapsed(
         cluster.pods[("ml", "moved")]["spec"]["nodeName"] = "node-b"
     finished = _reserve(state, cluster, "finished", T0, main=Reserved(pci, "2g.15gb", 0, 1))
     cluster.set_phase("finished", "Failed")
+    unbound = _reserve(state, cluster, "unbound", T0, main=Reserved(pci, "2g.15gb", 0, 1))
+    with cluster.lock:
+        del cluster.pods[("ml", "unbound")]["spec"]["nodeName"]
     restarted = make_state(cluster, tmp_path, clock, reservation_seconds=300)
     assert not restarted.ready
     assert restarted.rebuild()
     assert restarted.held(fresh.ref.uid) is not None
-    for pod in (old, garbled, elsewhere, finished):
+    assert restarted.held(old.ref.uid) is not None
+    for pod in (garbled, elsewhere, finished, unbound):
         assert restarted.held(pod.ref.uid) is None, pod.ref.name
 
 
@@ -183,8 +214,8 @@ def test_a_failed_list_keeps_the_view_and_the_reservations(
     assert view.geometry.cards[0].occupied == {0}
 
 
-@pytest.mark.parametrize("seconds", [299.0, 301.0])
-def test_lapse_is_measured_from_the_reservation_time(
+@pytest.mark.parametrize("seconds", [299.0, 301.0, 86400.0])
+def test_a_reservation_not_carved_in_time_is_reported_once_and_kept(
     tmp_path: Path, cluster: FakeCluster, geometries: Geometries, seconds: float
 ) -> None:
     clock = Clock()
@@ -193,38 +224,54 @@ def test_lapse_is_measured_from_the_reservation_time(
     assert state.rebuild()
     pod = _reserve(state, cluster, "waiting", T0, main=Reserved(pci, "2g.15gb", 0, 1))
     clock.now = T0 + seconds
-    released = state.refresh()
-    assert [r.why for r in released] == ([] if seconds < 300 else ["lapsed"])
-    assert (state.held(pod.ref.uid) is None) == (seconds > 300)
+    assert state.refresh() == []
+    assert state.refresh() == []
+    assert state.held(pod.ref.uid) is not None
+    reported = cluster.events_for("waiting", "ReservationNotCarved")
+    assert len(reported) == (0 if seconds < 300 else 1)
+    assert all(f"is not carved {seconds:.0f} s after" in e["message"] for e in reported)
+    assert RESERVED_LABEL in cluster.pod("waiting")["metadata"]["labels"]
 
 
-def test_labels_no_bind_can_be_writing_are_dropped_and_the_rest_kept(
+def test_labelled_pods_outside_the_table_are_taken_back_or_unlabelled(
     tmp_path: Path, cluster: FakeCluster, geometries: Geometries
 ) -> None:
-    """A labelled pod outside the table: finished, lapsed or unreadable ones lose the label;
-    a fresh one (a bind between its patch and its table entry) keeps it."""
+    """A labelled pod outside the table: one the rebuild would keep (bound there, not
+    finished, not carved) is taken back, whatever its age; a fresh unbound one (a bind
+    between its patch and its table entry) keeps its label; the others lose it."""
     clock = Clock()
-    pci = geometries.empty().cards[0].pci
+    geometry = geometries.empty()
+    pci = geometry.cards[0].pci
     state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
     assert state.rebuild()
     names = {
-        "fresh": T0 - 10,
-        "lapsed": T0 - 400,
+        "lost": T0 - 86400,
+        "carved": T0 - 10,
+        "fresh-unbound": T0 - 10,
+        "old-unbound": T0 - 400,
         "finished": T0 - 10,
         "unreadable": T0 - 10,
+        "moved": T0 - 10,
     }
+    uids = {}
     for name, made_at in names.items():
         pod = _reserve(state, cluster, name, made_at, main=Reserved(pci, "2g.15gb", 0, 1))
+        uids[name] = pod.ref.uid
         assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
+    cluster.put_lease("node-a", text(occupy(geometry, 0, 0, 1, owner=uids["carved"])), renewed=T0)
     cluster.set_phase("finished", "Succeeded")
     with cluster.lock:
+        for name in ("fresh-unbound", "old-unbound"):
+            del cluster.pods[("ml", name)]["spec"]["nodeName"]
+        cluster.pods[("ml", "moved")]["spec"]["nodeName"] = "node-b"
         cluster.pods[("ml", "unreadable")]["metadata"]["annotations"][RESERVATION_ANNOTATION] = "{"
     assert state.refresh() == []
+    assert [name for name in names if state.held(uids[name]) is not None] == ["lost"]
     labelled = {
         name for name in names if RESERVED_LABEL in cluster.pod(name)["metadata"].get("labels", {})
     }
-    assert labelled == {"fresh"}
-    assert RESERVATION_ANNOTATION in cluster.pod("lapsed")["metadata"]["annotations"]
+    assert labelled == {"lost", "fresh-unbound"}
+    assert RESERVATION_ANNOTATION in cluster.pod("old-unbound")["metadata"]["annotations"]
 
 
 def test_a_pod_written_since_the_list_keeps_its_label(
@@ -236,6 +283,8 @@ def test_a_pod_written_since_the_list_keeps_its_label(
     assert state.rebuild()
     pod = _reserve(state, cluster, "rebound", T0 - 400, main=Reserved(pci, "2g.15gb", 0, 1))
     assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
+    with cluster.lock:  # never bound (its Binding was refused): no longer in the table
+        del cluster.pods[("ml", "rebound")]["spec"]["nodeName"]
     # A bind writes the pod after the refresh listed it: the unlabel (at the listed
     # resourceVersion) is refused and the label stays.
     cluster.before_patch = lambda namespace, name: cluster.touch_pod(name, namespace)

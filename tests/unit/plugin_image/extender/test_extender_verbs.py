@@ -267,6 +267,81 @@ def test_a_refused_binding_drops_the_entry_and_an_unknown_outcome_keeps_it_for_t
     assert running.metric('hygon_dcu_extender_binds_total{outcome="reused"}') == 1
 
 
+def test_after_a_bind_of_unknown_outcome_a_bind_to_another_node_is_refused(
+    running: Running, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    """The API server may still apply the first Binding: a second one, to another node, would
+    rewrite the reservation of a pod that ends up bound to the first."""
+    one_card = geometries.empty("c3000-bw", cards=1)
+    cluster.put_lease("node-a", text(one_card), renewed=T0)
+    cluster.put_lease("node-b", text(one_card), renewed=T0)
+    running.state.refresh()
+    pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
+    uid = pod["metadata"]["uid"]
+    cluster.binding_status = 503
+    assert "HTTP 503" in running.bind(pod, "node-a")
+    cluster.binding_status = None
+    error = running.bind(pod, "node-b")
+    assert error.startswith("the earlier bind of pod ml/train to node-a has an unknown outcome")
+    stored = cluster.pod("train")
+    assert "nodeName" not in stored["spec"]
+    assert decode(stored["metadata"]["annotations"][RESERVATION_ANNOTATION]).node == "node-a"
+    held = running.state.held(uid)
+    assert held is not None and held.node == "node-a"
+    assert running.bind(pod, "node-a") == ""  # the same node: its reservation is bound
+    assert cluster.pod("train")["spec"]["nodeName"] == "node-a"
+
+
+def test_a_binding_of_unknown_outcome_holds_the_pod_only_while_it_can_land(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    one_card = geometries.empty("c3000-bw", cards=1)
+    cluster.put_lease("node-a", text(one_card), renewed=T0)
+    cluster.put_lease("node-b", text(one_card), renewed=T0)
+    pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
+    with serving(tmp_path, authority, cluster, clock=clock) as running:
+        cluster.binding_status = 503
+        assert "HTTP 503" in running.bind(pod, "node-a")
+        cluster.binding_status = None
+        assert "unknown outcome" in running.bind(pod, "node-b")
+        clock.elapse(61)  # past kube-apiserver's request timeout: it cannot land any more
+        cluster.put_lease("node-b", text(one_card), renewed=clock.now)
+        assert running.bind(pod, "node-b") == ""
+        annotations = cluster.pod("train")["metadata"]["annotations"]
+        assert decode(annotations[RESERVATION_ANNOTATION]).node == "node-b"
+        held = running.state.held(pod["metadata"]["uid"])
+        assert held is not None and held.node == "node-b"
+        assert running.metric('hygon_dcu_extender_binds_total{outcome="earlier-bind"}') == 1
+
+
+def test_a_retry_to_the_same_node_while_the_first_bind_runs_answers_its_outcome(
+    running: Running, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    cluster.put_lease("node-a", text(geometries.empty()), renewed=T0)
+    running.state.refresh()
+    pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
+    first_arrived = threading.Event()
+
+    def slow_first(namespace: str, name: str, node: str) -> None:
+        if not first_arrived.is_set():
+            first_arrived.set()
+            threading.Event().wait(0.5)
+
+    cluster.before_binding = slow_first
+    errors: list[str] = []
+    first = threading.Thread(target=lambda: errors.append(running.bind(pod, "node-a")))
+    first.start()
+    assert first_arrived.wait(30)
+    errors.append(running.bind(pod, "node-a"))
+    first.join(30)
+    assert errors == ["", ""]
+    assert [method for method, path in cluster.calls if path.endswith("/binding")] == ["POST"]
+    assert running.metric('hygon_dcu_extender_binds_total{outcome="bound"}') == 1
+    assert running.metric('hygon_dcu_extender_binds_total{outcome="already-bound"}') == 1
+    assert len(running.extender.pod_locks) == 0
+
+
 def test_a_bind_of_a_pod_that_is_gone_or_replaced_is_refused(
     running: Running, cluster: FakeCluster, geometries: Geometries
 ) -> None:
@@ -279,32 +354,41 @@ def test_a_bind_of_a_pod_that_is_gone_or_replaced_is_refused(
     assert "a different pod has that name now" in running.bind(pod, "node-a")
 
 
-def test_a_reservation_lapses_after_reservation_seconds_with_an_event(
+def test_a_bound_reservation_outlives_reservation_seconds_with_one_warning(
     tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
 ) -> None:
+    """Bound, not admitted yet (the kubelet busy or down): the allocator will carve exactly
+    this reservation whenever it comes, so its slice is never offered to another pod."""
     clock = Clock()
-    geometry = geometries.empty()
-    cluster.put_lease("node-a", text(geometry), renewed=clock.now)
+    one_slot = occupy(geometries.empty("c3000-bw", cards=1), 0, 0, 3)
+    cluster.put_lease("node-a", text(one_slot), renewed=clock.now)
     with serving(tmp_path, authority, cluster, clock=clock, reservation_seconds=300) as running:
-        pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
-        uid = pod["metadata"]["uid"]
-        assert running.bind(pod, "node-a") == ""
-        clock.now += 299
-        cluster.put_lease("node-a", text(geometry), renewed=clock.now)  # renewed, not carved
-        running.state.refresh()
+        first = cluster.add_pod("first", {"main": profile_limits("2g.15gb")})
+        uid = first["metadata"]["uid"]
+        assert running.bind(first, "node-a") == ""
+        clock.now += 301
+        cluster.put_lease("node-a", text(one_slot), renewed=clock.now)  # renewed, not carved
+        assert running.state.refresh() == []
         assert running.state.held(uid) is not None
-        clock.now += 2
-        cluster.put_lease("node-a", text(geometry), renewed=clock.now)
-        released = running.state.refresh()
-        assert [(r.held.pod.uid, r.why) for r in released] == [(uid, "lapsed")]
-        assert running.state.held(uid) is None
-        assert running.metric('hygon_dcu_extender_reservations_released_total{why="lapsed"}') == 1
-        assert running.metric("hygon_dcu_extender_reservations") == 0
-    (event,) = cluster.events_for("train", "ReservationLapsed")
+        second = cluster.add_pod("second", {"main": profile_limits("2g.15gb")})
+        answer = running.filter(second, ["node-a"])
+        assert answer["failedNodes"]["node-a"].startswith("no free placement")
+        assert "cannot place the pod: no free placement" in running.bind(second, "node-a")
+        clock.now += 3600
+        cluster.put_lease("node-a", text(one_slot), renewed=clock.now)
+        assert running.state.refresh() == []
+        assert running.state.held(uid) is not None
+        assert running.metric("hygon_dcu_extender_reservations") == 1
+        # Gone at last: released, and the slice is offered again.
+        cluster.delete_pod("first")
+        assert [r.why for r in running.state.refresh()] == ["pod-gone"]
+        assert running.filter(second, ["node-a"])["nodenames"] == ["node-a"]
+    (event,) = cluster.events_for("first", "ReservationNotCarved")  # once, not every refresh
     assert event["type"] == "Warning"
     assert event["involvedObject"]["uid"] == uid
-    assert "lapsed: not carved within 300 s" in event["message"]
+    assert "not carved 301 s after it was made" in event["message"]
     assert "node-a" in event["message"]
+    assert "kept" in event["message"]
 
 
 def test_a_carved_reservation_is_released_when_the_lease_shows_its_owner(
@@ -387,6 +471,26 @@ def test_a_restarted_extender_rebuilds_its_reservations_from_the_pods(
         assert "no free placement" in running.filter(second, ["node-a"])["failedNodes"]["node-a"]
 
 
+def test_a_restarted_extender_keeps_an_old_uncarved_reservation_of_a_bound_pod(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    clock = Clock()
+    one_slot = occupy(geometries.empty("c3000-bw", cards=1), 0, 0, 3)
+    cluster.put_lease("node-a", text(one_slot), renewed=clock.now)
+    first = cluster.add_pod("first", {"main": profile_limits("2g.15gb")})
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    with serving(tmp_path / "one", authority, cluster, clock=clock) as running:
+        assert running.bind(first, "node-a") == ""
+    clock.now += 3600  # far past reservation_seconds, and still not carved
+    cluster.put_lease("node-a", text(one_slot), renewed=clock.now)
+    with serving(tmp_path / "two", authority, cluster, clock=clock) as running:
+        assert running.state.held(first["metadata"]["uid"]) is not None
+        second = cluster.add_pod("second", {"main": profile_limits("2g.15gb")})
+        assert "cannot place the pod: no free placement" in running.bind(second, "node-a")
+        assert RESERVED_LABEL in cluster.pod("first")["metadata"]["labels"]
+
+
 def test_health_and_the_verbs_wait_for_the_first_lists(
     tmp_path: Path, authority: Authority, cluster: FakeCluster
 ) -> None:
@@ -426,7 +530,7 @@ def test_every_api_call_is_covered_by_the_rbac_constants_and_each_constant_is_us
         pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
         assert running.bind(pod, "node-a") == ""
         clock.now += 11
-        running.state.refresh()  # lapses: an Event
+        running.state.refresh()  # not carved in time: a Warning Event
     used: set[tuple[str, str, str]] = set()
     for method, path in cluster.calls:
         parts = path.strip("/").split("/")
@@ -444,6 +548,63 @@ def test_every_api_call_is_covered_by_the_rbac_constants_and_each_constant_is_us
         if resource == "leases":
             assert parts[4] == NAMESPACE  # the namespaced Role's namespace, nothing else
     assert used == set(EXTENDER_ACCESS) | set(EXTENDER_LEASE_ACCESS)
+
+
+def test_a_lease_duration_over_the_cap_counts_as_the_cap(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    """leaseDurationSeconds 2147483647 would keep a node whose plugin is gone schedulable for
+    68 years: no Lease is trusted longer than the plugin's own longest setting (600 s)."""
+    clock = Clock()
+    geometry = geometries.empty()
+    cluster.put_lease("node-a", text(geometry), renewed=T0, duration=2147483647)
+    pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
+    with serving(tmp_path, authority, cluster, clock=clock) as running:
+        assert running.filter(pod, ["node-a"])["nodenames"] == ["node-a"]
+        clock.now += 601
+        assert running.filter(pod, ["node-a"])["failedNodes"] == {
+            "node-a": "geometry stale: renewed 601 s ago, plugin down or not Ready?"
+        }
+        assert running.state.counts() == (0, 1)
+        # Renewed: the extender sees it change, and counts the capped time from then.
+        cluster.put_lease("node-a", text(geometry), renewed=clock.now, duration=2147483647)
+        running.state.refresh()
+        clock.elapse(600)
+        assert running.filter(pod, ["node-a"])["nodenames"] == ["node-a"]
+        clock.elapse(1)
+        assert running.filter(pod, ["node-a"])["failedNodes"] == {
+            "node-a": "geometry stale: no renewal seen for 601 s, plugin down or not Ready?"
+        }
+
+
+def test_a_lease_is_trusted_from_first_sight_for_one_duration_unless_already_old(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    """A new extender has seen no renewal yet: the Lease's own renewTime may withhold trust
+    (already expired by the extender's clock) but never extends it past one duration."""
+    clock = Clock()
+    geometry = geometries.empty()
+    cluster.put_lease("node-ahead", text(geometry), renewed=T0 + 86400, duration=40)
+    cluster.put_lease("node-behind", text(geometry), renewed=T0 - 41, duration=40)
+    pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
+    with serving(tmp_path, authority, cluster, clock=clock) as running:
+        answer = running.filter(pod, ["node-ahead", "node-behind"])
+        assert answer["nodenames"] == ["node-ahead"]
+        assert answer["failedNodes"]["node-behind"] == (
+            "geometry stale: renewed 41 s ago, plugin down or not Ready?"
+        )
+        clock.elapse(40)
+        running.state.refresh()  # listed again, unchanged
+        assert running.filter(pod, ["node-ahead"])["nodenames"] == ["node-ahead"]
+        clock.elapse(1)
+        assert running.filter(pod, ["node-ahead"])["failedNodes"]["node-ahead"] == (
+            "geometry stale: no renewal seen for 41 s, plugin down or not Ready?"
+        )
+        # Bind reads the Lease itself; the same rule, from the same sighting.
+        assert "geometry stale: no renewal seen for 41 s" in running.bind(pod, "node-ahead")
+        # The plugin behind renews (its clock still behind): seen, so current.
+        cluster.put_lease("node-behind", text(geometry), renewed=clock.now - 41, duration=40)
+        assert running.bind(pod, "node-behind") == ""
 
 
 def test_metrics_count_latency_and_stale_nodes(
