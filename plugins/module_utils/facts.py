@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .holders import Holder
+from .holders import Gap, Holder
 from .node import Card, Instance, ModeState, Profile
 from .registry import Finding
 
@@ -100,3 +100,7 @@ def holder_facts(holder: Holder) -> dict[str, Any]:
         "pod_uid": holder.pod_uid,
         "container_id": holder.container_id,
     }
+
+
+def gap_facts(gap: Gap) -> dict[str, Any]:
+    return {"kind": gap.kind, "detail": gap.detail}

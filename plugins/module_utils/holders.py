@@ -4,15 +4,20 @@
 
 One pass, no process spawned: the vendor's mode switch is refused while anything holds
 ``/dev/kfd`` and names nobody, so this scan is how an operator learns who to stop. Processes
-come and go during the scan and some fds are unreadable; both are normal and skipped.
+come and go during the scan; that is normal and skipped. What the scan could not see (fds it may
+not read, no process list, no device file to compare with) is returned as gaps, because an empty
+list from such a scan does not mean that nobody holds the device.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .common_options import is_ascii_number
 
 # A pod UID in a cgroup path: dashes (cgroupfs driver) or underscores (systemd driver).
 _POD_UID = re.compile(
@@ -89,37 +94,78 @@ def _command(proc_root: str, pid: str) -> str:
     return f"[{comm.strip()}]" if comm else "?"
 
 
+# Kinds of gap (HolderScan.gaps); callers choose the fix to name by kind.
+NO_DEVICE = "no_device"
+NO_PROCESS_LIST = "no_process_list"
+UNREADABLE_PROCESSES = "unreadable_processes"
+_PIDS_NAMED = 10
+# The fix for each kind, in the modules' terms (the mig_node role names its own variables).
+_GAP_FIXES = {
+    NO_DEVICE: (
+        "point host_root at the node's root directory (the one holding the device file) or "
+        "load the DCU driver"
+    ),
+    NO_PROCESS_LIST: "run on the node itself, as root, with procfs mounted on /proc",
+    UNREADABLE_PROCESSES: "run the module as root (become: true)",
+}
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Something the scan could not check, so a holder may be missing from its list."""
+
+    kind: str  # NO_DEVICE, NO_PROCESS_LIST or UNREADABLE_PROCESSES
+    detail: str  # what was seen, as a sentence an operator can act on
+
+
+# Linux's major 1 is the kernel's memory devices (null, zero, full, random...), never a DCU. A
+# simulated node's device files carry /dev/null's numbers so that they can be opened
+# (tests/simulator), and matching by those numbers would count every process with /dev/null open.
+_MEMORY_DEVICES_MAJOR = 1
+
+
 @dataclass(frozen=True)
 class _Target:
     paths: frozenset[str]
     basename: str
-    identity: tuple[int, int] | None  # (st_dev, st_ino)
+    identity: tuple[int, int]  # (st_dev, st_ino)
+    device_number: int | None  # st_rdev of a character device, compared on every fd
 
 
-def _target(device: str) -> _Target:
-    identity = None
+def _target(device: str) -> _Target | Gap:
+    """What an fd on ``device`` looks like, or the gap when there is no file to compare with."""
     try:
         info = os.stat(device)
-    except OSError:
-        pass
-    else:
-        identity = (info.st_dev, info.st_ino)
+    except FileNotFoundError:
+        return Gap(NO_DEVICE, f"{device} does not exist, so no open file can be matched to it")
+    except OSError as exc:
+        return Gap(NO_DEVICE, f"{device} cannot be looked at ({exc.strerror or exc})")
+    device_number = None
+    if stat.S_ISCHR(info.st_mode) and os.major(info.st_rdev) != _MEMORY_DEVICES_MAJOR:
+        device_number = info.st_rdev
     paths = frozenset({device, os.path.normpath(device)})
-    return _Target(paths, os.path.basename(os.path.normpath(device)), identity)
+    basename = os.path.basename(os.path.normpath(device))
+    return _Target(paths, basename, (info.st_dev, info.st_ino), device_number)
 
 
 def _same_file(directory_fd: int, name: str, target: _Target) -> bool:
-    # Same inode only: device numbers are not compared, since two nodes (or a simulated
-    # node and /dev/null) may share them without being the same device file.
+    # The same inode (a bind mount seen from another mount namespace), or the same character
+    # device through another node (one a container runtime or anyone else made with mknod).
     try:
         info = os.stat(name, dir_fd=directory_fd)
     except OSError:
         return False
-    return target.identity == (info.st_dev, info.st_ino)
+    if target.identity == (info.st_dev, info.st_ino):
+        return True
+    return target.device_number is not None and (
+        stat.S_ISCHR(info.st_mode) and info.st_rdev == target.device_number
+    )
 
 
-def _count_matching_fds(fd_dir: str, target: _Target) -> int | None:
-    """Matching fds of one process; None when its fds cannot be read (EACCES: not root)."""
+def _count_matching_fds(fd_dir: str, target: _Target | None) -> int | None:
+    """Matching fds of one process; None when its fds cannot be read (EACCES: not root).
+
+    Without a target only whether the fds can be read is found out (0 when they can)."""
     try:
         directory_fd = os.open(fd_dir, os.O_RDONLY | os.O_DIRECTORY)
     except PermissionError:
@@ -133,16 +179,23 @@ def _count_matching_fds(fd_dir: str, target: _Target) -> int | None:
             return None
         except OSError:
             return 0
+        if target is None:
+            return 0
         count = 0
         for name in names:
             try:
                 link = os.readlink(name, dir_fd=directory_fd)
             except OSError:
                 continue  # fd closed between listdir and readlink
+            if link in target.paths:
+                count += 1
+                continue
             # A process in another mount namespace (a container given the device node) shows
-            # its own path for the same file: same name, so compare the file itself.
+            # its own path for the same file, and a node made with mknod has any path: compare
+            # the file itself. Sockets, pipes and anonymous inodes have no path to compare.
             same_name = link.endswith("/" + target.basename)
-            if link in target.paths or (same_name and _same_file(directory_fd, name, target)):
+            worth_a_look = same_name or (target.device_number is not None and link[:1] == "/")
+            if worth_a_look and _same_file(directory_fd, name, target):
                 count += 1
         return count
     finally:
@@ -153,6 +206,44 @@ def _count_matching_fds(fd_dir: str, target: _Target) -> int | None:
 class HolderScan:
     holders: list[Holder]
     unreadable_pids: list[int]  # processes whose fds could not be read (run as root)
+    gaps: list[Gap] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """True when every process was seen and compared with an existing device file."""
+        return not self.gaps
+
+
+def _process_list_gap(proc_root: str, names: list[str]) -> Gap | None:
+    """Why ``names`` (the listing of ``proc_root``) is not this node's whole process list."""
+    if str(os.getpid()) not in names:
+        return Gap(
+            NO_PROCESS_LIST,
+            f"{proc_root} does not list this process, so it is not this node's process list "
+            "(procfs is not mounted there)",
+        )
+    if "1" not in names:
+        return Gap(
+            NO_PROCESS_LIST,
+            f"{proc_root} hides other users' processes (process 1 is not listed: mounted with "
+            f"hidepid) from this scan, which runs as uid {os.geteuid()}",
+        )
+    return None
+
+
+def _unreadable_gap(unreadable: list[int]) -> Gap:
+    named = ", ".join(str(pid) for pid in unreadable[:_PIDS_NAMED])
+    more = f" and {len(unreadable) - _PIDS_NAMED} more" if len(unreadable) > _PIDS_NAMED else ""
+    return Gap(
+        UNREADABLE_PROCESSES,
+        f"the open files of {len(unreadable)} process(es) could not be read (pid {named}{more}) "
+        f"by this scan, which runs as uid {os.geteuid()}",
+    )
+
+
+def explain_gaps(gaps: Iterable[Gap]) -> str:
+    """Each gap with its fix, for a module's message."""
+    return "; ".join(f"{gap.detail}: {_GAP_FIXES[gap.kind]}" for gap in gaps)
 
 
 def scan_holders(
@@ -160,23 +251,31 @@ def scan_holders(
     proc_root: str = "/proc",
     exclude_pids: Iterable[int] = (),
 ) -> HolderScan:
-    """Every process with an open fd on ``device``, sorted by pid, plus the pids it could not
-    inspect.
+    """Every process with an open fd on ``device``, sorted by pid, the pids it could not
+    inspect, and the gaps that make the list possibly incomplete.
 
     ``device`` is the path as this process sees it (for a simulated node: host-root-prefixed).
-    An fd matches when its link text is that path, or when it names a file of the same name
-    that is the same file (same inode: a bind mount seen from another mount namespace).
-    ``/dev/mkfd`` never matches ``/dev/kfd``: the vendor daemon that holds it does not block a
-    mode switch.
+    An fd matches when its link text is that path, when it names a file of the same name that
+    is the same file (same inode: a bind mount seen from another mount namespace), or when the
+    device is a character device and the fd is open on a character device with the same device
+    number (a node made with mknod elsewhere). ``/dev/mkfd`` never matches ``/dev/kfd``: the
+    vendor daemon that holds it does not block a mode switch.
     """
-    target = _target(device)
+    looked_up = _target(device)
+    target = looked_up if isinstance(looked_up, _Target) else None
     excluded = {int(pid) for pid in exclude_pids}
     holders: list[Holder] = []
     unreadable: list[int] = []
+    gaps = [looked_up] if isinstance(looked_up, Gap) else []
     try:
-        pids = [name for name in os.listdir(proc_root) if name.isdigit()]
-    except OSError:
-        return HolderScan(holders, unreadable)
+        names = os.listdir(proc_root)
+    except OSError as exc:
+        gaps.append(Gap(NO_PROCESS_LIST, f"{proc_root} cannot be listed ({exc.strerror or exc})"))
+        return HolderScan(holders, unreadable, gaps)
+    listing_gap = _process_list_gap(proc_root, names)
+    if listing_gap is not None:
+        gaps.append(listing_gap)
+    pids = [name for name in names if is_ascii_number(name)]
     for pid in pids:
         if int(pid) in excluded:
             continue
@@ -192,7 +291,9 @@ def scan_holders(
         holders.append(Holder(int(pid), command, count, pod_uid, container_id))
     holders.sort(key=lambda holder: holder.pid)
     unreadable.sort()
-    return HolderScan(holders, unreadable)
+    if unreadable:
+        gaps.append(_unreadable_gap(unreadable))
+    return HolderScan(holders, unreadable, gaps)
 
 
 def find_holders(

@@ -18,7 +18,14 @@ description:
   - The vendor's mode switch (C(hy-smi -mig)) is refused while anything holds C(/dev/kfd) and
     its message names nobody; this module names them.
   - Reads C(/proc/*/fd) directly in one pass, without starting a process per pid. Processes
-    that exit during the scan and descriptors that cannot be read are skipped.
+    that exit during the scan are skipped.
+  - A descriptor matches when it names O(device), is the same file seen through another mount
+    namespace, or (for a character device) is open on a character device with the same device
+    number, such as a copy of the node made with C(mknod) elsewhere.
+  - What the scan could not check is returned, not skipped. RV(complete) is then false and
+    RV(gaps) says why (descriptors it was not allowed to read, no usable C(/proc), no
+    O(device) under O(host_root)). An empty RV(holders) from an incomplete scan does not mean
+    the device is free.
   - Holders of C(/dev/mkfd) (the vendor daemon C(hymgr) holds it permanently) are not holders
     of C(/dev/kfd) and never listed for it.
 author:
@@ -34,15 +41,18 @@ options:
     default: /dev/kfd
   wait_timeout:
     description:
-      - Seconds to wait for the list to become empty. C(0) reports once without waiting.
-      - When holders remain after the timeout the module fails and names them.
-    type: int
+      - Seconds to wait for the list to become empty, a whole number from C(0) to C(86400)
+        written with the ASCII digits C(0-9). C(0) reports once without waiting.
+      - When holders remain after the timeout the module fails and names them. It also fails
+        when the last scan was incomplete (RV(complete) false).
+    type: raw
     default: 0
   exclude_pids:
     description:
-      - Process ids never reported (for example the caller's own helper processes).
+      - Process ids never reported (for example the caller's own helper processes), each a
+        whole number written with the ASCII digits C(0-9).
     type: list
-    elements: int
+    elements: raw
     default: []
 attributes:
   platform:
@@ -53,7 +63,7 @@ attributes:
     support: none
 notes:
   - Read-only; never changes the node.
-  - Run as root to see the descriptors of every process.
+  - Run as root to see the descriptors of every process; otherwise RV(complete) is false.
 """
 
 EXAMPLES = r"""
@@ -107,6 +117,30 @@ unreadable_pids:
   type: list
   elements: int
   sample: []
+complete:
+  description: True when every process was seen and compared with an existing O(device); false
+    when RV(gaps) lists what could not be checked.
+  returned: always
+  type: bool
+  sample: true
+gaps:
+  description: What the scan could not check, so that a holder may be missing from RV(holders).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    kind:
+      description: C(no_device) (O(device) does not exist under O(host_root)),
+        C(no_process_list) (C(/proc) cannot be listed, is not this node's, or hides other
+        users' processes) or C(unreadable_processes) (open files of some processes could not
+        be read, see RV(unreadable_pids)).
+      type: str
+    detail:
+      description: What was seen, as a sentence.
+      type: str
+  sample:
+    - {"kind": "no_device", "detail": "/srv/node/dev/kfd does not exist, so no open file can be
+       matched to it"}
 waited:
   description: Seconds spent waiting for holders to go.
   returned: always
@@ -117,9 +151,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ..module_utils.common_options import host_root_spec
-from ..module_utils.facts import holder_facts
-from ..module_utils.holders import Holder, HolderScan, scan_holders
+from ..module_utils.common_options import MAX_PID, host_root_spec, whole_number
+from ..module_utils.facts import gap_facts, holder_facts
+from ..module_utils.holders import Holder, HolderScan, explain_gaps, scan_holders
 from ..module_utils.hostpath import host_path
 
 POLL_SECONDS = 1.0
@@ -134,43 +168,51 @@ def main() -> None:
         argument_spec={
             "device": {"type": "path", "default": "/dev/kfd"},
             **host_root_spec(),
-            "wait_timeout": {"type": "int", "default": 0},
-            "exclude_pids": {"type": "list", "elements": "int", "default": []},
+            "wait_timeout": {"type": "raw", "default": 0},
+            "exclude_pids": {"type": "list", "elements": "raw", "default": []},
         },
         supports_check_mode=True,
     )
     params = module.params
-    if params["wait_timeout"] < 0:
-        module.fail_json(msg="wait_timeout must be 0 (no wait) or a number of seconds")
+    try:
+        wait_timeout = whole_number(params["wait_timeout"], "wait_timeout")
+        exclude_pids = [
+            whole_number(pid, "exclude_pids", MAX_PID) for pid in params["exclude_pids"]
+        ]
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     if not params["device"].startswith("/"):
         module.fail_json(msg=f"device must be an absolute path, got {params['device']!r}")
     device = host_path(params["host_root"], params["device"])
     started = time.monotonic()
-    deadline = started + params["wait_timeout"]
-    scan: HolderScan = scan_holders(device, exclude_pids=params["exclude_pids"])
+    deadline = started + wait_timeout
+    scan: HolderScan = scan_holders(device, exclude_pids=exclude_pids)
     while scan.holders and time.monotonic() < deadline:
         time.sleep(min(POLL_SECONDS, max(deadline - time.monotonic(), 0)))
-        scan = scan_holders(device, exclude_pids=params["exclude_pids"])
+        scan = scan_holders(device, exclude_pids=exclude_pids)
     holders = scan.holders
     result = {
         "changed": False,
         "device": device,
         "holders": [holder_facts(h) for h in holders],
         "unreadable_pids": scan.unreadable_pids,
+        "complete": scan.complete,
+        "gaps": [gap_facts(gap) for gap in scan.gaps],
         "waited": round(time.monotonic() - started, 3),
     }
-    if scan.unreadable_pids:
-        module.warn(
-            f"the open files of {len(scan.unreadable_pids)} process(es) could not be read, so "
-            "holders may be missing from the list; run the module as root (become: true)"
-        )
-    if holders and params["wait_timeout"] > 0:
+    if holders and wait_timeout > 0:
         module.fail_json(
             msg=(
-                f"{len(holders)} process(es) still hold {device} after "
-                f"{params['wait_timeout']} s: {describe(holders)}. Stop them (for the device "
-                "plugin: park it on this node) and run again."
+                f"{len(holders)} process(es) still hold {device} after {wait_timeout} s: "
+                f"{describe(holders)}. Stop them (for the device plugin: park it on this node) "
+                "and run again."
             ),
+            **result,
+        )
+    if not scan.complete and wait_timeout > 0:
+        # Waiting for an empty list means nothing when the list cannot be trusted.
+        module.fail_json(
+            msg=f"cannot tell whether anything holds {device}: {explain_gaps(scan.gaps)}.",
             **result,
         )
     module.exit_json(**result)

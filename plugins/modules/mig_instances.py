@@ -44,19 +44,23 @@ options:
     default: false
   cards:
     description:
-      - Cards to act on, each a library index (C(0)) or a PCI address (C(0000:09:00.0)).
-        All cards when omitted. Poison directories are swept for the same cards.
+      - Cards to act on, each a library index written with the ASCII digits C(0-9) (C(0)) or a
+        PCI address (C(0000:09:00.0)). All cards when omitted. Poison directories are swept for
+        the same cards.
     type: list
     elements: str
   wait_timeout:
     description:
-      - Seconds to keep retrying instances that are in use. C(0) tries once.
-    type: int
+      - Seconds to keep retrying instances that are in use, a whole number from C(0) to
+        C(86400) written with the ASCII digits C(0-9). C(0) tries once.
+    type: raw
     default: 0
   retry_interval:
     description:
-      - Seconds between retries of instances that are in use.
-    type: float
+      - Seconds between retries of instances that are in use, from C(0.01) to C(3600), written
+        with the ASCII digits C(0-9) and an optional decimal point (C(nan) and C(inf) are
+        refused).
+    type: raw
     default: 2.0
 attributes:
   platform:
@@ -124,12 +128,22 @@ from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ..module_utils.common_options import host_root_spec, library_spec
+from ..module_utils.common_options import (
+    host_root_spec,
+    is_ascii_number,
+    library_spec,
+    seconds,
+    whole_number,
+)
 from ..module_utils.facts import describe_instance, finding_facts, instance_facts
 from ..module_utils.holders import find_holders
 from ..module_utils.hydmi import HydmiError, InstanceInUse
 from ..module_utils.node import Instance, InstanceNotFound, Node, UuidMismatch
 from ..module_utils.registry import Finding
+
+# retry_interval's range in seconds: shorter is a busy loop, longer outlasts any sane wait.
+RETRY_MIN = 0.01
+RETRY_MAX = 3600.0
 
 
 @dataclass
@@ -159,7 +173,7 @@ def resolve_cards(node: Node, wanted: list[str] | None) -> list[int]:
     chosen: list[int] = []
     for item in wanted:
         text = str(item).strip().lower()
-        if text.isdigit() and int(text) < count:
+        if is_ascii_number(text) and int(text) < count:
             index = int(text)
         elif text in by_pci:
             index = by_pci[text]
@@ -253,16 +267,19 @@ def main() -> None:
             "state": {"type": "str", "default": "absent", "choices": ["absent"]},
             "sweep_only": {"type": "bool", "default": False},
             "cards": {"type": "list", "elements": "str"},
-            "wait_timeout": {"type": "int", "default": 0},
-            "retry_interval": {"type": "float", "default": 2.0},
+            "wait_timeout": {"type": "raw", "default": 0},
+            "retry_interval": {"type": "raw", "default": 2.0},
             **host_root_spec(),
             **library_spec(),
         },
         supports_check_mode=True,
     )
     params = module.params
-    if params["wait_timeout"] < 0 or params["retry_interval"] <= 0:
-        module.fail_json(msg="wait_timeout must be >= 0 and retry_interval > 0 (seconds)")
+    try:
+        wait_timeout = whole_number(params["wait_timeout"], "wait_timeout")
+        retry_interval = seconds(params["retry_interval"], "retry_interval", RETRY_MIN, RETRY_MAX)
+    except ValueError as exc:
+        module.fail_json(msg=str(exc))
     node = Node(params["host_root"], params["library_path"])
     try:
         plan = make_plan(node, params["cards"], params["sweep_only"])
@@ -287,7 +304,7 @@ def main() -> None:
         result["diff"] = _diff(plan, [])
         module.exit_json(**result)
     try:
-        outcome = apply(node, plan, params["wait_timeout"], params["retry_interval"])
+        outcome = apply(node, plan, wait_timeout, retry_interval)
     except HydmiError as exc:
         module.fail_json(
             msg=f"destroying instances failed: {exc}. Nothing was forced; run again.",
@@ -315,7 +332,7 @@ def main() -> None:
         module.fail_json(
             msg=(
                 f"{len(outcome.remaining)} instance(s) are still in use after "
-                f"{params['wait_timeout']} s and were left alone: {names}. Stop the workloads "
+                f"{wait_timeout} s and were left alone: {names}. Stop the workloads "
                 "using them (see remaining[].holders) and run again."
             ),
             **result,

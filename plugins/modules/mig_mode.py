@@ -16,8 +16,10 @@ description:
     presence of the registry's C(dev<N>) files when the library is unusable) and, when it
     differs from O(state), switches it with the vendor's C(hy-smi -mig 1) or C(hy-smi -mig 0).
   - Refuses before calling C(hy-smi) when any process holds C(/dev/kfd) (the vendor tool would
-    refuse with a message that names nobody; this module names each pid and command), and, to
-    disable, while any GPU instance exists (naming each one).
+    refuse with a message that names nobody; this module names each pid and command), when it
+    cannot tell whether anything holds it (not run as root, no usable C(/proc), no
+    C(/dev/kfd) under O(host_root); see M(hygon.dcu.kfd_holders_info)), and, to disable, while
+    any GPU instance exists (naming each one).
   - Maps every C(hy-smi) message it knows to an error that says what to do next, shows unknown
     output verbatim, and re-reads the mode afterwards to verify the switch.
   - Never passes C(-i). The mode is node-wide and the vendor tool rejects a device selector.
@@ -94,7 +96,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ..module_utils.common_options import find_hy_smi, host_root_spec, hy_smi_spec, library_spec
 from ..module_utils.facts import describe_instance, mode_name
-from ..module_utils.holders import scan_holders
+from ..module_utils.holders import explain_gaps, scan_holders
 from ..module_utils.hostpath import host_path
 from ..module_utils.hydmi import HydmiError
 from ..module_utils.node import Node
@@ -163,18 +165,18 @@ def make_plan(module: AnsibleModule, node: Node) -> Plan:
     kfd = host_path(params["host_root"], KFD)
     scan = scan_holders(kfd)
     holders = scan.holders
-    if scan.unreadable_pids and not holders:
-        plan.refusal = (
-            f"the open files of {len(scan.unreadable_pids)} process(es) could not be read, so "
-            f"whether anything holds {kfd} is unknown; run the module as root (become: true)"
-        )
-        return plan
     if holders:
         names = "; ".join(holder.describe() for holder in holders)
         plan.refusal = (
             f"{len(holders)} process(es) hold {kfd}, so the vendor switch would be refused: "
             f"{names}. Stop them (park the device plugin on this node; "
             "hygon.dcu.kfd_holders_info with wait_timeout waits for them) and run again."
+        )
+        return plan
+    if not scan.complete:
+        plan.refusal = (
+            f"whether anything holds {kfd} is unknown, so the switch was not tried: "
+            f"{explain_gaps(scan.gaps)}."
         )
         return plan
     if plan.wanted == "disabled":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -159,8 +160,77 @@ def test_vanished_and_unreadable_entries_in_a_proc_tree(tmp_path: Path) -> None:
     ]
 
 
-def test_missing_proc_root_is_empty(tmp_path: Path) -> None:
-    assert find_holders("/dev/kfd", proc_root=str(tmp_path / "absent")) == []
+@pytest.mark.parametrize("shape", ["absent", "empty"])
+def test_a_proc_root_without_this_node_s_processes_makes_the_scan_incomplete(
+    devices: Devices, tmp_path: Path, shape: str
+) -> None:
+    # Not listable at all, or a directory with nothing mounted on it: either way "no holder"
+    # would be a guess.
+    proc = tmp_path / "proc"
+    if shape == "empty":
+        proc.mkdir()
+
+    scan = scan_holders(str(devices[0]), proc_root=str(proc))
+
+    assert scan.holders == []
+    assert scan.complete is False
+    assert [gap.kind for gap in scan.gaps] == ["no_process_list"]
+    assert str(proc) in scan.gaps[0].detail
+
+
+def test_a_device_that_does_not_exist_makes_the_scan_incomplete(
+    holders: Holders, devices: Devices, tmp_path: Path
+) -> None:
+    # A host root without dev/kfd (a mistyped hygon_dcu_host_root): nobody can be matched, which
+    # must not read as "nobody holds it".
+    holders.hold(devices[0])
+    missing = tmp_path / "wrong-root" / "dev" / "kfd"
+
+    scan = scan_holders(str(missing))
+
+    assert scan.holders == []
+    assert scan.complete is False
+    assert [gap.kind for gap in scan.gaps] == ["no_device"]
+    assert scan.gaps[0].detail == f"{missing} does not exist, so no open file can be matched to it"
+    assert scan_holders(str(devices[0])).complete is True
+
+
+def _openable_character_device() -> os.stat_result | None:
+    """A character device of this machine that a holder can open, other than the memory
+    devices (major 1), whose numbers a simulated node's device files reuse."""
+    for path in ("/dev/loop-control", "/dev/fuse", "/dev/net/tun", "/dev/ptmx"):
+        try:
+            info = os.stat(path)
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+        except OSError:
+            continue
+        if stat.S_ISCHR(info.st_mode) and os.major(info.st_rdev) != 1:
+            return info
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_a_holder_through_a_mknod_copy_of_the_device_is_found(
+    holders: Holders, tmp_path: Path
+) -> None:
+    device = _openable_character_device()
+    if device is None:
+        pytest.skip("no openable character device outside major 1 on this machine")
+    kfd = tmp_path / "node" / "dev" / "kfd"
+    kfd.parent.mkdir(parents=True)
+    os.mknod(kfd, 0o600 | stat.S_IFCHR, device.st_rdev)
+    # Another node for the same device, under another name and inode: a container's /dev made
+    # by its runtime, or anyone's mknod.
+    copy = tmp_path / "elsewhere" / "accel0"
+    copy.parent.mkdir()
+    os.mknod(copy, 0o600 | stat.S_IFCHR, device.st_rdev)
+    through_copy = holders.hold(copy)
+    unrelated = holders.hold(Path("/dev/null"))
+
+    found = [h.pid for h in scan_holders(str(kfd)).holders]
+
+    assert through_copy.pid in found
+    assert unrelated.pid not in found
 
 
 @pytest.mark.parametrize(
@@ -222,7 +292,12 @@ def test_unreadable_processes_are_reported_not_hidden(holders: Holders, devices:
             os.setresgid(65534, 65534, 65534)
             os.setresuid(65534, 65534, 65534)
             scan = scan_holders(str(kfd))
-            payload = {"holders": [h.pid for h in scan.holders], "unreadable": scan.unreadable_pids}
+            payload = {
+                "holders": [h.pid for h in scan.holders],
+                "unreadable": scan.unreadable_pids,
+                "gaps": [gap.kind for gap in scan.gaps],
+                "detail": "; ".join(gap.detail for gap in scan.gaps),
+            }
             os.write(write_fd, json.dumps(payload).encode())
         finally:
             os._exit(0)
@@ -232,13 +307,18 @@ def test_unreadable_processes_are_reported_not_hidden(holders: Holders, devices:
     os.waitpid(pid, 0)
     assert result["holders"] == []
     assert holder.pid in result["unreadable"]
+    assert "unreadable_processes" in result["gaps"]
+    assert "runs as uid 65534" in result["detail"]
     as_root = scan_holders(str(kfd))
     assert [h.pid for h in as_root.holders] == [holder.pid]
     assert holder.pid not in as_root.unreadable_pids
+    assert as_root.complete is True
 
 
 def test_simulated_kfd_holders_found_mkfd_ignored(sim_node: SimNode, kfd_holder: Any) -> None:
     daemon = kfd_holder(sim_node.mkfd)  # like hymgr: holds /dev/mkfd for good
+    # The simulated nodes carry /dev/null's device numbers: /dev/null is not the simulated kfd.
+    kfd_holder("/dev/null")
     first = kfd_holder(sim_node.kfd)
     second = kfd_holder(sim_node.kfd)
     found = find_holders(str(sim_node.kfd))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -38,6 +40,48 @@ def run_module(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
         with pytest.raises(SystemExit):
             module.main()
         out = capsys.readouterr().out
+        result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    return run
+
+
+@pytest.fixture
+def run_module_as() -> Callable[..., dict[str, Any]]:
+    """``run_module_as(uid, module, args, check_mode=False)``: the module's main() in a forked
+    child that first drops to ``uid`` (and gid ``uid``, no groups), as a node task run by a user
+    who is not root would be. Needs root."""
+
+    def run(
+        uid: int, module: ModuleType, args: dict[str, Any], check_mode: bool = False
+    ) -> dict[str, Any]:
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: never returns into pytest
+            status = 1
+            try:
+                os.close(read_fd)
+                sys.stdout = os.fdopen(write_fd, "w")
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                payload = dict(args, _ansible_check_mode=check_mode, _ansible_diff=False)
+                basic._ANSIBLE_ARGS = json.dumps({"ANSIBLE_MODULE_ARGS": payload}).encode()
+                basic._ANSIBLE_PROFILE = "legacy"
+                for name in ("_global_warnings", "_global_deprecations"):
+                    setattr(ansible_warnings, name, type(getattr(ansible_warnings, name))())
+                try:
+                    module.main()
+                except SystemExit:
+                    status = 0
+            finally:
+                sys.stdout.flush()
+                os._exit(status)
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            out = pipe.read()
+        _pid, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, out
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
         return result
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from ansible_collections.hygon.dcu.plugins.modules import kfd_holders_info, mig_info
 from simnode import SimNode
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     ModuleRunner = Callable[..., dict[str, Any]]
     HoldFactory = Callable[[Any], Any]
     SimNodeFactory = Callable[..., SimNode]
@@ -124,3 +126,45 @@ def test_mig_info_unreachable_card_is_a_gap_not_a_failure(
     assert [c["healthy"] for c in info["cards"]] == [True, False]
     assert len(info["instances"]) == 1
     assert len(info["errors"]) == 1 and info["errors"][0].startswith("card 1:")
+
+
+def test_a_host_root_without_dev_kfd_is_reported_as_an_incomplete_scan(
+    sim_node: SimNode, run_module: ModuleRunner, kfd_holder: HoldFactory, tmp_path: Path
+) -> None:
+    kfd_holder(sim_node.kfd)
+    wrong_root = tmp_path / "not-the-node"
+    wrong_root.mkdir()
+
+    report = run_module(kfd_holders_info, {"host_root": str(wrong_root)}, check_mode=True)
+
+    assert "failed" not in report
+    assert report["holders"] == []
+    assert report["complete"] is False
+    assert report["gaps"] == [
+        {
+            "kind": "no_device",
+            "detail": f"{wrong_root}/dev/kfd does not exist, so no open file can be matched to it",
+        }
+    ]
+    # Waiting for an empty list is no answer when the list cannot be trusted.
+    waited = run_module(kfd_holders_info, {"host_root": str(wrong_root), "wait_timeout": 1})
+    assert waited["failed"] is True
+    assert waited["msg"].startswith(f"cannot tell whether anything holds {wrong_root}/dev/kfd: ")
+    assert "point host_root at the node's root directory" in waited["msg"]
+    complete = run_module(kfd_holders_info, {"host_root": str(sim_node.root)})
+    assert complete["complete"] is True and complete["gaps"] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the module as another user")
+def test_a_scan_as_a_user_who_cannot_read_every_process_says_so_instead_of_warning(
+    run_module_as: Callable[..., dict[str, Any]],
+) -> None:
+    # /dev/null exists for every user, so the only gap left is the processes it may not read.
+    report = run_module_as(65534, kfd_holders_info, {"device": "/dev/null"})
+
+    assert "failed" not in report, report
+    assert "warnings" not in report
+    assert report["complete"] is False
+    assert 1 in report["unreadable_pids"]
+    assert [gap["kind"] for gap in report["gaps"]] == ["unreadable_processes"]
+    assert "which runs as uid 65534" in report["gaps"][0]["detail"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -70,6 +71,31 @@ def test_kfd_holder_blocks_before_hy_smi_is_called(
     holder.release()
     sim_node.clear_faults()
     assert run_module(mig_mode, args(sim_node, sim_build, "enabled"))["changed"] is True
+
+
+def test_a_host_root_without_dev_kfd_refuses_before_hy_smi_is_called(
+    sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner, tmp_path: Path
+) -> None:
+    # A mistyped host_root: the library and hy-smi still reach the node, but the holder scan has
+    # no /dev/kfd to compare with, so "nobody holds it" would be a guess.
+    wrong_root = tmp_path / "not-the-node"
+    wrong_root.mkdir()
+    wanted = {
+        **args(sim_node, sim_build, "enabled"),
+        "host_root": str(wrong_root),
+        "library_path": str(sim_build.library),
+    }
+    for check_mode in (True, False):
+        result = run_module(mig_mode, wanted, check_mode=check_mode)
+        assert result.get("failed") is True, result
+        assert result["msg"].startswith(
+            f"whether anything holds {wrong_root}/dev/kfd is unknown, so the switch was not "
+            f"tried: {wrong_root}/dev/kfd does not exist"
+        )
+        assert "point host_root at the node's root directory" in result["msg"]
+        assert result["changed"] is False
+        assert "vendor_output" not in result
+    assert current_mode(sim_node) is False
 
 
 def test_disable_refused_while_instances_exist(

@@ -33,6 +33,8 @@ from typing import Any
 
 import simnode
 
+from .runner import node_vars
+
 PLUGIN_NAMESPACE = "hygon-dcu-system"
 PLUGIN_LABELS = {"app.kubernetes.io/name": "hygon-dcu-device-plugin"}
 PARK_LABEL = "hygon.com/dcu.device-plugin"
@@ -529,3 +531,22 @@ def running(cluster: FakeCluster) -> Iterator[FakeCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+def cluster_vars(cluster: FakeCluster, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    """The role variables for a run against ``cluster`` and its simulated node, Kubernetes on."""
+    settings: dict[str, Any] = {
+        "hygon_dcu_manage_kubernetes": True,
+        "hygon_dcu_node_name": cluster.node_name,
+        "hygon_dcu_kubeconfig": str(cluster.write_kubeconfig(tmp_path / "kubeconfig")),
+        "hygon_dcu_eviction_timeout": 20,
+        "hygon_dcu_plugin_timeout": 20,
+        "hygon_dcu_holders_timeout": 10,
+        "hygon_dcu_resources_timeout": 20,
+    }
+    return node_vars(cluster.node, **{**settings, **overrides})
+
+
+def writes(cluster: FakeCluster) -> list[tuple[str, str]]:
+    """Every request that could change the cluster (cordon, eviction, park, ...), in order."""
+    return [(method, path) for method, path in cluster.requests if method != "GET"]

@@ -54,11 +54,11 @@ class PlaybookRun:
     changed: int | None
     failed: int | None
 
-    def failure_messages(self) -> list[str]:
-        """The ``msg`` of every failed task (ansible prints them as JSON after ``=>``)."""
+    def failure_messages(self, host: str = "localhost") -> list[str]:
+        """The ``msg`` of every task that failed on ``host`` (printed as JSON after ``=>``)."""
         messages = []
         for line in self.output.splitlines():
-            if line.startswith("fatal: [localhost]: FAILED! => "):
+            if line.startswith(f"fatal: [{host}]: FAILED! => "):
                 payload = json.loads(line.split("=> ", 1)[1])
                 messages.append(str(payload.get("msg", "")))
         return messages
@@ -70,19 +70,15 @@ def run_playbook(
     extra_vars: dict[str, Any] | None = None,
     inventory: str = "localhost,",
     show_custom_stats: bool = True,
+    node_python: str | None = NODE_PYTHON,
 ) -> PlaybookRun:
-    """``ansible-playbook hygon.dcu.<playbook> -i localhost, -c local ARGS -e EXTRA_VARS``."""
-    argv = [
-        str(BIN / "ansible-playbook"),
-        f"hygon.dcu.{playbook}",
-        "-i",
-        inventory,
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={NODE_PYTHON}",
-        *args,
-    ]
+    """``ansible-playbook hygon.dcu.<playbook> -i localhost, -c local ARGS -e EXTRA_VARS``.
+
+    ``node_python=None`` leaves each host's interpreter to the inventory."""
+    argv = [str(BIN / "ansible-playbook"), f"hygon.dcu.{playbook}", "-i", inventory, "-c", "local"]
+    if node_python is not None:
+        argv += ["-e", f"ansible_python_interpreter={node_python}"]
+    argv += args
     if extra_vars:
         argv += ["-e", json.dumps(extra_vars)]
     proc = subprocess.run(

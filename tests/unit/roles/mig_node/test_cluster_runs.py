@@ -14,8 +14,15 @@ from typing import Any
 import pytest
 import simnode
 
-from .fake_cluster import PARK_LABEL, PRESENT_LABEL, FakeCluster, running
-from .runner import node_vars, run_playbook
+from .fake_cluster import (
+    PARK_LABEL,
+    PRESENT_LABEL,
+    FakeCluster,
+    cluster_vars,
+    running,
+    writes,
+)
+from .runner import run_playbook
 
 EVICT_LABEL = "hygon.com/dcu.evict"
 
@@ -28,23 +35,7 @@ def cluster(sim_node: simnode.SimNode) -> Iterator[FakeCluster]:
     yield from running(FakeCluster(sim_node))
 
 
-def cluster_vars(cluster: FakeCluster, tmp_path: Path, **overrides: Any) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "hygon_dcu_manage_kubernetes": True,
-        "hygon_dcu_node_name": cluster.node_name,
-        "hygon_dcu_kubeconfig": str(cluster.write_kubeconfig(tmp_path / "kubeconfig")),
-        "hygon_dcu_eviction_timeout": 20,
-        "hygon_dcu_plugin_timeout": 20,
-        "hygon_dcu_holders_timeout": 10,
-        "hygon_dcu_resources_timeout": 20,
-    }
-    return node_vars(cluster.node, **{**settings, **overrides})
-
-
-def writes(cluster: FakeCluster) -> list[tuple[str, str]]:
-    return [(method, path) for method, path in cluster.requests if method != "GET"]
-
-
+@pytest.mark.floor
 def test_enable_evicts_only_dcu_pods_through_their_budget_and_restarts_the_plugin(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
@@ -139,6 +130,7 @@ def test_a_budget_that_never_allows_the_eviction_fails_clearly_before_any_switch
     assert cluster.node_object["spec"].get("unschedulable") is False
 
 
+@pytest.mark.floor
 def test_recover_restarts_a_plugin_serving_the_old_mode_and_deletes_lost_grants_on_request(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
@@ -194,6 +186,7 @@ def test_a_node_name_the_cluster_does_not_know_is_refused_before_anything_happen
     assert cluster.node.status().mode == 0
 
 
+@pytest.mark.floor
 def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys_instances(
     sim_node: simnode.SimNode, tmp_path: Path
 ) -> None:
@@ -223,6 +216,7 @@ def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys
         assert status.gpu_instances == [] and status.compute_instances == []
 
 
+@pytest.mark.floor
 def test_label_nodes_sets_the_present_label_once_and_check_mode_predicts_it(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:

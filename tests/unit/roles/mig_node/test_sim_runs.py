@@ -50,6 +50,7 @@ def final_failure(run: PlaybookRun) -> str:
     return messages[-1]
 
 
+@pytest.mark.floor
 def test_check_mode_predicts_the_change_and_leaves_the_node_alone(
     sim_node: simnode.SimNode,
 ) -> None:
@@ -184,6 +185,7 @@ def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
     assert sim_node.status().mode == 1
 
 
+@pytest.mark.floor
 def test_recover_sweeps_only_empty_poison_keeps_instances_and_predicts_in_check_mode(
     sim_node: simnode.SimNode,
 ) -> None:
