@@ -213,6 +213,7 @@ def api_1_20() -> Iterator[FakeApiServer]:
     yield from running(FakeApiServer(version="1.20"))
 
 
+@pytest.mark.floor
 def test_kubernetes_1_20_check_mode_install_and_second_run(
     api_1_20: FakeApiServer, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -38,6 +39,7 @@ def _ca_bundle(run: RoleRun) -> bytes:
     return base64.b64decode(webhook["clientConfig"]["caBundle"])
 
 
+@pytest.mark.floor
 def test_check_mode_predicts_a_first_run(render_dir: Path) -> None:
     run = run_role(render_dir, check=True)
     assert run.returncode == 0, run.output

@@ -169,6 +169,7 @@ def expected_cards(node: simnode.SimNode) -> list[dict[str, Any]]:
 PARTITION_KEYS = ("profile", "placement", "gpu_instance_id", "uuid")
 
 
+@pytest.mark.floor
 def test_json_matches_the_simulators_state_and_names_each_partitions_pods(fleet: Fleet) -> None:
     report = fleet.report()
     assert report["not_read"] == []
