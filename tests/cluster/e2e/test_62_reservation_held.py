@@ -21,7 +21,7 @@ for a node label that this test sets, one pod at a time.
 
 Starts from any earlier module's state; enables partitioning itself. Leaves: partition mode on,
 the plugin Ready, the extender and the second scheduler deployed with the role's defaults, no
-pod and no instance, the node without the gate label.
+pod and no instance, the node without the gate labels.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from hygon_dcu_plugin.vocabulary import (
 
 RESERVATION_SECONDS = 10
 REFRESH_SECONDS = 2  # the extender's default, which the role keeps
-LABEL = "e2e-reservation-held"  # on the pods, and the Node's gate label
+LABEL = "e2e-reservation-held"  # on the pods; the Node's gate label of a pod is gate(name)
 FIRST, SECOND = "held-first", "held-second"
 
 
@@ -78,7 +78,7 @@ def short_reservations(
     )
     wait_for("no instance left from earlier modules", lambda: not cluster_sim.live_uuids(), 120)
     yield
-    kube.run("label", "node", kube.node, f"{LABEL}-", check=False)
+    kube.run("label", "node", kube.node, *(f"{gate(n)}-" for n in (FIRST, SECOND)), check=False)
     delete_labelled_pods(kube, LABEL)
     deploy_extender(playbooks, kube)
     wait_for("the extender Ready with its defaults", lambda: extender_ready(kube), 240)
@@ -94,15 +94,22 @@ def kubelet_pid() -> int:
     return pid
 
 
+def gate(name: str) -> str:
+    """The Node label a gated pod waits for. One label per pod, never taken away while the pod
+    lives: the kubelet checks the nodeSelector again at admission (after Allocate), and a pod
+    whose label is gone by then fails there (NodeAffinity)."""
+    return f"{LABEL}-{name}"
+
+
 def gated_pod(name: str) -> dict[str, Any]:
     """A pod of the second scheduler asking one 2g.15gb partition on the real node, waiting
-    for the Node's LABEL=name. Its probe checks the partition it got, then it sleeps."""
+    for the Node's label gate(name). Its probe checks the partition it got, then it sleeps."""
     pod: dict[str, Any] = partition_pod(
         name, command=["/bin/sh", "-c", "dcu-probe && exec sleep 600"]
     )
     spec = pod["spec"]
     spec["schedulerName"] = SCHEDULER_NAME
-    spec["nodeSelector"] = {"hygon.com/dcu.present": "true", LABEL: name}
+    spec["nodeSelector"] = {"hygon.com/dcu.present": "true", gate(name): "true"}
     # Tolerated should the frozen kubelet outlast the node controller's grace.
     spec["tolerations"] = [
         {"key": "node.kubernetes.io/unreachable", "operator": "Exists"},
@@ -115,7 +122,7 @@ def gated_pod(name: str) -> dict[str, Any]:
 
 def open_gate(kube: Kube, name: str) -> tuple[str, reservation.Reservation]:
     """Label the node for the pod; the pod's node and reservation once it is bound."""
-    kube.run("label", "node", kube.node, f"{LABEL}={name}", "--overwrite")
+    kube.run("label", "node", kube.node, f"{gate(name)}=true", "--overwrite")
 
     def bound() -> tuple[str, reservation.Reservation] | None:
         pod = kube.pod(name)
