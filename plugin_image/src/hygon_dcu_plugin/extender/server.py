@@ -14,7 +14,6 @@ import json
 import logging
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from hygon_dcu_plugin.webhook.server import (
@@ -61,7 +60,7 @@ class ExtenderServer(AdmissionServer):
             request_timeout=request_timeout,
         )
 
-    def handler(self) -> type[BaseHTTPRequestHandler]:
+    def handler(self) -> type[AdmissionHandler]:
         return ExtenderHandler
 
 

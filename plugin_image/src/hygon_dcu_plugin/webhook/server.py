@@ -5,9 +5,14 @@ thread, with the certificate current at that moment, so a slow client never stal
 accept loop and a rotated certificate is served from the next handshake on.
 
 Memory and time are bounded whatever clients send:
-- at most ``max_connections`` connections (each a thread); more are closed at once, unread;
-- a handshake within ``HANDSHAKE_TIMEOUT``; a request (line, headers, body) within
-  ``REQUEST_TIMEOUT`` of its first byte, its line and headers within ``MAX_HEADER_BYTES``;
+- at most ``max_connections`` connections (each a thread). When all are taken, a new one
+  takes the place of the one idle longest (never one in a handshake or a request), or is
+  closed at once, unread, when none is idle; and one client address has at most half of them
+  in a handshake or a request. So clients that connect and send nothing, or begin handshakes
+  or requests they never finish, do not keep the API server and the kubelet's probes out;
+- a handshake within ``HANDSHAKE_TIMEOUT`` of the accept; a request's line and headers within
+  ``HEAD_TIMEOUT`` of its first byte and ``MAX_HEADER_BYTES``, all of it within
+  ``REQUEST_TIMEOUT``;
 - bodies of at most ``max_body`` bytes, refused on Content-Length before they are read; the
   bodies held at once share ``IN_FLIGHT_BODIES * max_body`` bytes;
 - one parse at a time (it holds the GIL anyway), and none whose memory bound
@@ -39,13 +44,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.webhook import malloc_tuning
-from hygon_dcu_plugin.webhook.budget import ByteBudget
+from hygon_dcu_plugin.webhook.budget import ByteBudget, ConnectionSlots, Slot
 from hygon_dcu_plugin.webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from hygon_dcu_plugin.webhook.metrics import Metrics
 from hygon_dcu_plugin.webhook.reader import (
     ConnectionReader,
     HeadersTooLarge,
     RequestDeadlineExceeded,
+    RequestRefused,
+    wait_readable,
 )
 from hygon_dcu_plugin.webhook.review import BadReview, BodyTooCostly, decide, parse_body
 from hygon_dcu_plugin.webhook.rules import Offered
@@ -72,9 +79,16 @@ IN_FLIGHT_BODIES = 4
 # The API server waits 5 s (timeoutSeconds) for an answer; a request slower than this to
 # arrive is not one it still waits for.
 REQUEST_TIMEOUT = 10.0
-HANDSHAKE_TIMEOUT = 10.0
-# Between requests on a kept-alive connection.
+# From the accept, for the whole handshake; and from a request's first byte, for its line and
+# headers (under 1 KiB from the API server, sent in one write). Clients on the pod network
+# take milliseconds; a client that takes seconds holds a thread for nothing.
+HANDSHAKE_TIMEOUT = 3.0
+HEAD_TIMEOUT = 3.0
+# Between requests on a kept-alive connection (which gives way sooner to a new connection
+# when every slot is taken).
 IDLE_TIMEOUT = 30.0
+# One client address may have at most 1/CLIENT_SHARE of the connections busy at once.
+CLIENT_SHARE = 2
 # The API server's request line and headers take well under 1 KiB.
 MAX_HEADER_BYTES = 32 * 1024
 # After the last answer on a connection, what is still read (and dropped) before closing.
@@ -83,8 +97,17 @@ LINGER_BYTES = 64 * 1024
 
 
 class AdmissionServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` of them (budget.ConnectionSlots:
+    idle connections give way to new ones, one client address gets at most half the busy
+    ones). A slow client holds its thread only as long as the deadlines let it: the
+    handshake within HANDSHAKE_TIMEOUT of the accept, a request's line and headers within
+    HEAD_TIMEOUT of its first byte, the whole request within ``request_timeout``."""
+
     daemon_threads = True
-    request_queue_size = 64  # the kernel's backlog; beyond it connections are not accepted
+    # The kernel's backlog (capped by net.core.somaxconn): the accept loop takes connections
+    # at once and never waits on a slot, so this only absorbs bursts between two accepts; a
+    # full backlog would leave clients' connects hanging.
+    request_queue_size = 1024
 
     def __init__(
         self,
@@ -113,68 +136,121 @@ class AdmissionServer(ThreadingHTTPServer):
         # One parse at a time: parses hold the GIL, so two at once would double the peak
         # memory without answering sooner.
         self.parse_lock = threading.Lock()
-        self._connection_slots = threading.BoundedSemaphore(max_connections)
+        self.slots = ConnectionSlots(max_connections, max(1, max_connections // CLIENT_SHARE))
         # Set on SIGTERM: /healthz fails so the endpoint is taken out of the Service, while
         # reviews are still answered until the shutdown delay is over.
         self.draining = threading.Event()
         super().__init__(address, self.handler())
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        # Runs in the accept loop: a connection over the cap is closed at once, unread, so the
-        # excess costs neither a thread nor a handshake.
-        if not self._connection_slots.acquire(blocking=False):
-            self.metrics.connection_refused()
-            log.warning(
-                "connection_refused",
-                extra={"client": str(client_address[0]), "limit": self.max_connections},
+        # Runs in the accept loop: a connection is given a slot (in place of an idle one if
+        # need be) or closed at once, unread, so the excess costs neither a thread nor a
+        # handshake.
+        client = str(client_address[0])
+        slot, evicted = self.slots.admit(request, client)
+        if evicted is not None:
+            log.info(
+                "connection_evicted",
+                extra={
+                    "client": evicted.client,
+                    "idle_seconds": round(time.monotonic() - evicted.idle_since, 3),
+                    "for_client": client,
+                },
             )
+        if slot is None:
             self.shutdown_request(request)
+            self._refused(
+                client, "every connection is in a handshake or a request", self.max_connections
+            )
             return
+        thread = threading.Thread(
+            target=self._serve_connection, args=(request, client_address, slot), daemon=True
+        )
         try:
-            super().process_request(request, client_address)
+            thread.start()
         except BaseException:
-            self._connection_slots.release()
+            self.slots.release(slot)
+            self.shutdown_request(request)
             raise
 
-    def handler(self) -> type[BaseHTTPRequestHandler]:
+    def handler(self) -> type[AdmissionHandler]:
         """The request handler; a server serving other paths (the extender) overrides it."""
         return AdmissionHandler
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._connection_slots.release()
+    def begin(self, slot: Slot) -> bool:
+        """Count the connection busy: a handshake or a request began on it. False when it must
+        be closed instead (evicted, or its client at its share; that is logged here)."""
+        if self.slots.begin(slot):
+            return True
+        if not slot.evicted:
+            self._refused(
+                slot.client,
+                f"the client already has {self.slots.per_client} connections in a handshake "
+                "or a request; finish those first",
+                self.slots.per_client,
+            )
+        return False
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # The handshake runs within one timeout as a whole (the ssl module keeps a deadline).
-        request.settimeout(HANDSHAKE_TIMEOUT)
+    def _refused(self, client: str, why: str, limit: int) -> None:
+        self.metrics.connection_refused()
+        log.warning(
+            "connection_refused",
+            extra={"client": client, "why": why, "limit": limit},
+        )
+
+    def _serve_connection(self, request: socket.socket, client_address: Any, slot: Slot) -> None:
+        """The connection's thread: the handshake, then its requests, then a gentle close."""
+        connection = None
+        try:
+            connection = self._handshake(request, str(client_address[0]), slot)
+            if connection is not None:
+                self.handler()(connection, client_address, self, slot)
+                _linger(connection)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            # The slot first: an eviction must never shut down a descriptor reused after close.
+            self.slots.release(slot)
+            if connection is not None:
+                connection.close()
+            self.shutdown_request(request)  # the plain socket (detached once wrapped)
+
+    def _handshake(self, request: socket.socket, client: str, slot: Slot) -> ssl.SSLSocket | None:
+        """The TLS connection, or None (said why) when it could not be made."""
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         # Headers and body go out as separate writes; without NODELAY, Nagle plus the
         # client's delayed ACK would add ~40 ms to every review.
         with contextlib.suppress(OSError):
             request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Until its first byte the connection is idle: evictable, and not the client's share.
+        if not wait_readable(request, HANDSHAKE_TIMEOUT):
+            self._handshake_failed(client, f"no handshake began within {HANDSHAKE_TIMEOUT:g} s")
+            return None
+        if not self.begin(slot):
+            return None
+        # The ssl module keeps one deadline for the whole handshake, not one per read.
+        request.settimeout(max(deadline - time.monotonic(), 0.001))
         try:
             connection = self.certificates.context().wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as error:
-            self.metrics.handshake_failure()
-            log.warning(
-                "tls_handshake_failed",
-                extra={"client": str(client_address[0]), "error": str(error)},
-            )
-            return
+            self._handshake_failed(client, str(error))
+            return None
+        self.slots.rehome(slot, connection)
+        self.slots.end(slot)
         connection.settimeout(self.connection_timeout)
-        try:
-            self.handler()(connection, client_address, self)
-        finally:
-            _close_gently(connection)
+        return connection
+
+    def _handshake_failed(self, client: str, error: str) -> None:
+        self.metrics.handshake_failure()
+        log.warning("tls_handshake_failed", extra={"client": client, "error": error})
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver would print a traceback to stderr; keep the log structured.
         log.error("connection_failed", extra={"client": str(client_address[0])}, exc_info=True)
 
 
-def _close_gently(connection: socket.socket) -> None:
-    """Close after reading what the client still sends, for a moment and a few KiB at most.
+def _linger(connection: socket.socket) -> None:
+    """Before closing, read what the client still sends, for a moment and a few KiB at most.
 
     Closing with unread bytes makes the kernel reset the connection, and a reset can destroy
     the answer (a 413 or 408) before the client reads it.
@@ -192,7 +268,6 @@ def _close_gently(connection: socket.socket) -> None:
             if not chunk:
                 break
             drained += len(chunk)
-    connection.close()
 
 
 class AdmissionHandler(BaseHTTPRequestHandler):
@@ -206,14 +281,22 @@ class AdmissionHandler(BaseHTTPRequestHandler):
     post_paths: Mapping[str, str] = {VALIDATE_PATH: "review"}
     service = "webhook"
 
+    def __init__(
+        self, request: Any, client_address: Any, server: AdmissionServer, slot: Slot
+    ) -> None:
+        self.slot = slot  # the connection's place in server.slots
+        super().__init__(request, client_address, server)
+
     def setup(self) -> None:
         super().setup()
-        self.rfile.close()  # replaced by a reader that keeps the request's deadline
+        self.rfile.close()  # replaced by a reader that keeps the request's deadlines
         self.reader = ConnectionReader(
             self.connection,
             idle_timeout=self.server.connection_timeout,
+            head_timeout=HEAD_TIMEOUT,
             request_timeout=self.server.request_timeout,
             write_timeout=self.server.connection_timeout,
+            on_start=lambda: self.server.begin(self.slot),
         )
         self.rfile = io.BufferedReader(self.reader)
 
@@ -228,6 +311,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
             if not self.raw_requestline:
                 self.close_connection = True
                 return
+            if not self.reader.started:  # read from bytes that came with the previous request
+                self.reader.start()
             if not self.parse_request():
                 return
             method = getattr(self, "do_" + self.command, None)
@@ -236,6 +321,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
                 return
             method()
             self.wfile.flush()
+        except RequestRefused:
+            self.close_connection = True  # said why in AdmissionServer.begin
         except HeadersTooLarge:
             self.close_connection = True
             self._error(
@@ -251,6 +338,8 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         except OSError as error:  # the client went away mid-request: nobody to answer
             self.close_connection = True
             log.debug("connection_lost", extra={"error": str(error)})
+        finally:
+            self.server.slots.end(self.slot)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         # http.server's own refusals (bad request line, too many headers), as JSON like ours.
@@ -549,7 +638,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
-        help="connections over this many are closed at once",
+        help="connections over this many take the place of the one idle longest, or are "
+        "closed at once when none is idle; one client address may have half of them busy",
     )
     parser.add_argument(
         "--shutdown-delay-seconds",

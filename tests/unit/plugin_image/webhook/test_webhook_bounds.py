@@ -16,6 +16,7 @@ import pytest
 from hygon_dcu_plugin.request import Reason
 from hygon_dcu_plugin.webhook.review import MAX_MESSAGE_CHARS, decide
 from hygon_dcu_plugin.webhook.server import DEFAULT_MAX_BODY, MAX_HEADER_BYTES
+from misbehaving_clients import Crowd
 from webhook_pod_cases import FAMILY, P2G, container, pod
 from webhook_support import Authority, Running, admission_review, serving
 
@@ -251,19 +252,29 @@ def test_connections_over_the_cap_are_closed_at_once_and_the_server_recovers(
 ) -> None:
     cap = 4
     with serving(tmp_path, authority, max_connections=cap) as running:
-        # Plain TCP connections that never start a handshake: each holds a slot.
-        holders = [socket.create_connection(("127.0.0.1", running.port)) for _slot in range(cap)]
-        extra = [socket.create_connection(("127.0.0.1", running.port)) for _slot in range(3)]
-        try:
-            for connection in extra:
-                # Without the cap, each would wait here for the 10 s handshake timeout.
-                connection.settimeout(3)
+        assert running.server is not None
+        context = running.client_context()
+        # Connections that begin a handshake and never finish it: each holds a slot, busy
+        # (not one an idle connection gives way to). Two client addresses, as one may have
+        # only half the slots busy.
+        with (
+            Crowd(running.port, context, source="127.0.0.2") as first,
+            Crowd(running.port, context, source="127.0.0.3") as second,
+            Crowd(running.port, context) as extra,
+        ):
+            first.hellos_begun(cap // 2)
+            second.hellos_begun(cap // 2)
+            deadline = time.monotonic() + 10
+            while running.server.slots.busy() < cap:
+                assert time.monotonic() < deadline, "the server never saw the handshakes begin"
+                time.sleep(0.01)
+            extra.unhandshaken(3)
+            for connection in extra.sockets:
+                # Without the cap, each would wait here for the handshake timeout.
+                connection.settimeout(2)
                 # Closed by the server without a byte: end of stream (or a reset), not a wait.
                 with contextlib.suppress(ConnectionResetError):
                     assert connection.recv(1) == b""
-        finally:
-            for connection in holders + extra:
-                connection.close()
         # The slots come back once the holders are gone; a normal review is answered. A try
         # made before the server saw the holders close is refused too, and counted.
         deadline = time.monotonic() + 20
