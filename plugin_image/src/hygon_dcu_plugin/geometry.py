@@ -16,6 +16,12 @@ allocator would offer.
 Fail closed: ``decode`` refuses the whole document (GeometryError) on anything it does not
 expect: unknown schema, a wrong type, a number out of range, more entries than the bounds
 below, a placement off the card, a size over MAX_TEXT. Work is linear in the text.
+
+The bounds are twice the largest node known (docs/dev/extender.md, "Bounds"), so a Lease any
+plugin token can forge costs the extender little: at most MAX_CARDS cards of at most
+MAX_SLICES slices, MAX_PROFILES profiles and as many owners; MAX_PLACEMENTS placements a
+profile. MAX_TEXT is the length of the largest document those bounds allow (``largest``), so a
+longer text is refused before it is parsed.
 """
 
 from __future__ import annotations
@@ -37,29 +43,42 @@ from .host import card_key
 from .placement import CardView
 
 SCHEMA = 1
-MAX_TEXT = 64 * 1024  # 8 cards of the largest table are ~2 KB; annotations cap at 256 KB
-MAX_CARDS = 64
-MAX_PROFILES = 32
-MAX_PLACEMENTS = 64
-MAX_SLICES = 64
+# Twice an 8-card server (the simulator's limit is 16 too).
+MAX_CARDS = 16
+# Twice the widest card known: the measured C-3000 has 4 slices, the simulator's
+# hypothetical model 8 (docs/dev/hardware.md).
+MAX_SLICES = 8
+# A card has at most one profile per width (the node layer sweeps widths 1..slices), and a
+# profile at most one placement per first slice.
+MAX_PROFILES = MAX_SLICES
+MAX_PLACEMENTS = MAX_SLICES
 MAX_MEMORY_MIB = 1 << 24  # 16 TiB
 MAX_CU = 4096
 MAX_GENERATION = (1 << 53) - 1  # exact in every JSON reader
 _PROFILE_NAME_MAX = 32
-_UID = re.compile(r"[A-Za-z0-9-]{1,64}")  # a pod uid is a UUID
+_UID_MAX = 64
+_UID = re.compile(rf"[A-Za-z0-9-]{{1,{_UID_MAX}}}")  # a pod uid is a UUID
 
 
 class GeometryError(ValueError):
     """The geometry text is not one this reader can trust; the message says what is wrong."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GeoPlacement:
     start: int
     size: int
 
 
-@dataclass(frozen=True)
+# Every placement the bounds allow, made once: decoded placements are these objects.
+_PLACEMENTS = {
+    (start, size): GeoPlacement(start, size)
+    for start in range(MAX_SLICES)
+    for size in range(1, MAX_SLICES - start + 1)
+}
+
+
+@dataclass(frozen=True, slots=True)
 class GeoProfile:
     name: str
     slices: int
@@ -68,14 +87,14 @@ class GeoProfile:
     placements: tuple[GeoPlacement, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GeoOwner:
     start: int
     size: int
     pod_uid: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GeoCard:
     pci: str
     slice_count: int
@@ -87,7 +106,7 @@ class GeoCard:
         return next((p for p in self.profiles if p.name == name), None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Geometry:
     generation: int
     cards: tuple[GeoCard, ...]
@@ -192,12 +211,42 @@ def encode(geometry: Geometry) -> str:
     )
 
 
+def largest() -> Geometry:
+    """The largest geometry the bounds allow: every list at its bound, every number and name
+    at its widest. Its encoding's length is MAX_TEXT."""
+    name = "n" * _PROFILE_NAME_MAX
+    profiles = tuple(
+        GeoProfile(
+            f"{index}{name}"[:_PROFILE_NAME_MAX],
+            MAX_SLICES,
+            MAX_MEMORY_MIB,
+            MAX_CU,
+            tuple(GeoPlacement(start, 1) for start in range(MAX_SLICES)),
+        )
+        for index in range(MAX_PROFILES)
+    )
+    owners = tuple(GeoOwner(start, 1, "u" * _UID_MAX) for start in range(MAX_SLICES))
+    cards = tuple(
+        GeoCard(
+            f"ffff:{index:02x}:1f.7", MAX_SLICES, profiles, frozenset(range(MAX_SLICES)), owners
+        )
+        for index in range(MAX_CARDS)
+    )
+    return Geometry(MAX_GENERATION, cards)
+
+
+MAX_TEXT = len(encode(largest()))
+
+
 def decode(text: object) -> Geometry:
     """The geometry in ``text``, or GeometryError naming the first thing wrong."""
     if not isinstance(text, str):
         raise GeometryError(f"geometry is a {type(text).__name__}, not text")
     if len(text) > MAX_TEXT:
-        raise GeometryError(f"geometry is {len(text)} characters; at most {MAX_TEXT} are read")
+        raise GeometryError(
+            f"geometry is {len(text)} characters; at most {MAX_TEXT} are read (the largest "
+            f"node the bounds allow: {MAX_CARDS} cards of {MAX_SLICES} slices)"
+        )
     try:
         doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
@@ -206,23 +255,29 @@ def decode(text: object) -> Geometry:
     if not isinstance(top["v"], int) or isinstance(top["v"], bool) or top["v"] != SCHEMA:
         raise GeometryError(f"geometry schema {str(top['v'])[:20]!r} is not {SCHEMA}")
     generation = _int(top["gen"], "gen", 0, MAX_GENERATION)
+    # Equal profiles (every card of a model) are held once.
+    shared: dict[GeoProfile, GeoProfile] = {}
     cards = tuple(
-        _card(item, f"cards[{i}]") for i, item in enumerate(_list(top["cards"], "cards", MAX_CARDS))
+        _card(item, f"cards[{i}]", shared)
+        for i, item in enumerate(_list(top["cards"], "cards", MAX_CARDS))
     )
     if len({c.pci for c in cards}) != len(cards):
         raise GeometryError("geometry lists one card twice")
     return Geometry(generation, cards)
 
 
-def _card(item: object, where: str) -> GeoCard:
+def _card(item: object, where: str, shared: dict[GeoProfile, GeoProfile]) -> GeoCard:
     obj = _object(item, where, {"pci", "slices", "profiles", "occupied", "owners"})
     pci = obj["pci"]
     if not isinstance(pci, str) or not PCI_ADDRESS.fullmatch(pci):
         raise GeometryError(f"{where}.pci is not a PCI address")
     slices = _int(obj["slices"], f"{where}.slices", 1, MAX_SLICES)
     profiles = tuple(
-        _profile(p, f"{where}.profiles[{i}]", slices)
-        for i, p in enumerate(_list(obj["profiles"], f"{where}.profiles", MAX_PROFILES))
+        shared.setdefault(profile, profile)
+        for profile in (
+            _profile(p, f"{where}.profiles[{i}]", slices)
+            for i, p in enumerate(_list(obj["profiles"], f"{where}.profiles", MAX_PROFILES))
+        )
     )
     if len({p.name for p in profiles}) != len(profiles):
         raise GeometryError(f"{where} lists one profile twice")
@@ -259,7 +314,7 @@ def _profile(item: object, where: str, card_slices: int) -> GeoProfile:
         if len(entry) != 2:
             raise GeometryError(f"{where}.placements[{i}] is not [start, size]")
         start, size = _span(entry[0], entry[1], f"{where}.placements[{i}]", card_slices)
-        placements.append(GeoPlacement(start, size))
+        placements.append(_PLACEMENTS[start, size])
     return GeoProfile(
         name,
         slices,

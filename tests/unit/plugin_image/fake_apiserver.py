@@ -1,11 +1,14 @@
 """A tiny HTTP stand-in for the Kubernetes API server: just the calls the plugin makes (pods:
 get, merge-patch, list/watch; the geometry Lease: get, create, update with the API server's
-resourceVersion check), so the real `kubernetes` client and CLI can be exercised.
+resourceVersion check; Leases listed by label, a page at a time with limit and continue), so
+the real `kubernetes` client and CLI can be exercised.
 
 Lease faults a real server shows only by chance: ``lease_status`` answers every Lease call
 with that HTTP status (an outage), ``lease_hold`` makes every Lease call wait until the event
 is set (a hung server), ``interfere`` makes that many GETs be followed by another writer's
-update (the next update from the reader then conflicts)."""
+update (the next update from the reader then conflicts), ``expire_continues`` answers that
+many Lease lists that carry a continue token with 410 Expired (the token outlived etcd's
+compaction)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from fake_kube import annotation_key_problem
 
@@ -100,6 +104,8 @@ class FakeApiServer(LocalApiServer):
         self.lease_status: int | None = None
         self.lease_hold: threading.Event | None = None
         self.interfere = 0
+        self.expire_continues = 0
+        self.lease_lists: list[dict[str, str]] = []  # the query of every Lease list
         self._version = 100
         server = self
 
@@ -128,6 +134,10 @@ class FakeApiServer(LocalApiServer):
                 body = None
                 if method in ("POST", "PUT"):
                     body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if len(parts) == 2 and parts[1] == "leases" and method == "GET":
+                    query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
+                    self._reply(*server.list_leases(parts[0], query))
+                    return True
                 if len(parts) == 2 and parts[1] == "leases" and method == "POST":
                     key = f"{parts[0]}/{(body or {}).get('metadata', {}).get('name', '')}"
                 elif len(parts) == 3 and parts[1] == "leases" and method in ("GET", "PUT"):
@@ -277,6 +287,39 @@ class FakeApiServer(LocalApiServer):
         self._bump(lease)
         self.leases[key] = lease
         return 201 if method == "POST" else 200, json.loads(json.dumps(lease))
+
+    def list_leases(self, namespace: str, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        """One LeaseList page: ``labelSelector`` (key=value), ``limit`` and ``continue`` (here
+        the index of the page's first Lease)."""
+        with self.lock:
+            self.lease_lists.append(query)
+            token = query.get("continue", "")
+            if self.lease_status is not None:
+                return self.lease_status, _status(self.lease_status, "ServiceUnavailable")
+            if token and self.expire_continues:
+                self.expire_continues -= 1
+                return 410, _status(
+                    410, "Expired", "The provided continue parameter is too old; start a new list"
+                )
+            label, _equals, value = query.get("labelSelector", "").partition("=")
+            keys = sorted(
+                key
+                for key, lease in self.leases.items()
+                if key.startswith(f"{namespace}/")
+                and (not label or (lease["metadata"].get("labels") or {}).get(label) == value)
+            )
+            start = int(token or "0")
+            limit = int(query.get("limit") or "0") or len(keys)
+            items = [json.loads(json.dumps(self.leases[k])) for k in keys[start : start + limit]]
+            metadata: dict[str, Any] = {"resourceVersion": str(self._version)}
+            if start + limit < len(keys):
+                metadata["continue"] = str(start + limit)
+        return 200, {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "LeaseList",
+            "metadata": metadata,
+            "items": items,
+        }
 
     def _bump(self, lease: dict[str, Any]) -> None:
         self._version += 1

@@ -64,8 +64,11 @@ EXTENDER_LEASE_ACCESS: tuple[tuple[str, str, str], ...] = (
 
 RESERVED_VALUE = "true"
 EVENT_SOURCE = "hygon-dcu-scheduler-extender"
-# Objects per list page: bounds what one reply holds (a Lease is ~3 KB, a pod a few KB).
+# Objects per list page: bounds what one reply holds (a pod is a few KB).
 PAGE_SIZE = 250
+# A geometry Lease is a few KB, and its annotation is refused over geometry.MAX_TEXT (~30 KB):
+# a page of the largest legal ones is ~3 MB.
+LEASE_PAGE_SIZE = 100
 MERGE_PATCH = "application/merge-patch+json"
 
 log = logging.getLogger(__name__)
@@ -107,8 +110,9 @@ class PodInfo:
 
 
 class ExtenderApi(Protocol):
-    def list_geometry_leases(self, namespace: str) -> list[LeaseInfo]:
-        """Every Lease labelled GEOMETRY_LABEL=v1 in ``namespace``."""
+    def list_geometry_leases(self, namespace: str) -> Iterator[LeaseInfo]:
+        """Every Lease labelled GEOMETRY_LABEL=v1 in ``namespace``, read a page at a time as
+        they are consumed (KubeApiError may come after the first ones)."""
 
     def get_lease(self, namespace: str, name: str) -> LeaseInfo | None:
         """The Lease, or None when the API server confirms it does not exist."""
@@ -250,11 +254,13 @@ class KubernetesExtenderApi:
         self._coordination = client.CoordinationV1Api(api_client)
         self._timeout = timeout
 
-    def _pages(self, what: str, call: Callable[..., Any]) -> Iterator[object]:
+    def _pages(
+        self, what: str, call: Callable[..., Any], limit: int = PAGE_SIZE
+    ) -> Iterator[object]:
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {
-                "limit": PAGE_SIZE,
+                "limit": limit,
                 "_preload_content": False,
                 "_request_timeout": self._timeout,
             }
@@ -267,6 +273,7 @@ class KubernetesExtenderApi:
             yield from items
             metadata = page.get("metadata")
             token = metadata.get("continue") if isinstance(metadata, Mapping) else None
+            del page, items, metadata  # one page in memory at a time, not two
             if not isinstance(token, str) or not token:
                 return
 
@@ -283,21 +290,21 @@ class KubernetesExtenderApi:
         )
         return obj
 
-    def list_geometry_leases(self, namespace: str) -> list[LeaseInfo]:
+    def list_geometry_leases(self, namespace: str) -> Iterator[LeaseInfo]:
+        # A generator: one page of Lease texts is held at a time, not every node's.
         selector = GEOMETRY_SELECTOR
-        leases = []
         for item in self._pages(
             f"list geometry leases in {namespace}",
             functools.partial(
                 self._coordination.list_namespaced_lease, namespace, label_selector=selector
             ),
+            LEASE_PAGE_SIZE,
         ):
             lease = lease_from_json(item)
             if lease is None:
                 log.warning("lease_unreadable", extra={"namespace": namespace})
                 continue
-            leases.append(lease)
-        return leases
+            yield lease
 
     def get_lease(self, namespace: str, name: str) -> LeaseInfo | None:
         what = f"get geometry lease {namespace}/{name}"

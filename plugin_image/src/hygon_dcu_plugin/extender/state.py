@@ -27,6 +27,10 @@ schedulable. Until it has seen a change (first sight, as after a restart), renew
 duration must also be ahead of the extender's wall clock: the writer's clock may withhold
 trust, never extend it. A new extender thus trusts a Lease for at most one duration from
 first sight, and not at all when its renewTime is already older than that.
+
+Each Lease is decoded once per resourceVersion (``_GeometryCache``), outside the state's
+lock, and only its geometry is kept, not its text: a filter never decodes, and a refresh
+decodes only the Leases written since the last one.
 """
 
 from __future__ import annotations
@@ -73,7 +77,7 @@ class Held:
 
 @dataclass(frozen=True)
 class _Node:
-    lease: LeaseInfo
+    lease: LeaseInfo  # without its text: the geometry is what is kept
     geometry: Geometry | None
     error: str  # why the geometry could not be read ("" when it could)
 
@@ -105,12 +109,17 @@ class Sighting:
 
 
 def lease_view(
-    lease: LeaseInfo, sighting: Sighting, now: float, seen_now: float
+    lease: LeaseInfo,
+    sighting: Sighting,
+    now: float,
+    seen_now: float,
+    read: Callable[[LeaseInfo], tuple[Geometry | None, str]] | None = None,
 ) -> tuple[Geometry | None, str]:
     """The geometry of a Lease as it may be used at ``now`` (wall clock; ``seen_now`` on the
-    sighting's monotonic clock), or None and why not."""
+    sighting's monotonic clock), or None and why not. ``read`` decodes the Lease (default:
+    ``_decoded``, every time)."""
     why = _stale(lease, sighting, now, seen_now)
-    return (None, why) if why else _decoded(lease)
+    return (None, why) if why else (read or _decoded)(lease)
 
 
 def _stale(lease: LeaseInfo, sighting: Sighting, now: float, seen_now: float) -> str:
@@ -134,6 +143,34 @@ def _decoded(lease: LeaseInfo) -> tuple[Geometry | None, str]:
         return decode(lease.text), ""
     except GeometryError as error:
         return None, f"geometry unreadable: {error}"
+
+
+class _GeometryCache:
+    """Each node's Lease decoded once per resourceVersion (a version names one content of
+    the object), for the refresh and for bind's fresh reads alike. Thread-safe; the decode
+    itself runs outside the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_node: dict[str, tuple[str, Geometry | None, str]] = {}
+
+    def __call__(self, lease: LeaseInfo) -> tuple[Geometry | None, str]:
+        with self._lock:
+            known = self._by_node.get(lease.name)
+        if known is not None and lease.version and known[0] == lease.version:
+            return known[1], known[2]
+        geometry, error = _decoded(lease)
+        if error:
+            log.warning("geometry_unreadable", extra={"node": lease.name, "why": error})
+        if lease.version:  # without one nothing tells a rewrite: decoded each time
+            with self._lock:
+                self._by_node[lease.name] = (lease.version, geometry, error)
+        return geometry, error
+
+    def keep(self, names: set[str]) -> None:
+        """Forget the nodes whose Lease is no longer listed."""
+        with self._lock:
+            self._by_node = {n: v for n, v in self._by_node.items() if n in names}
 
 
 def _carved(geometry: Geometry, reserved: Reserved, uid: str) -> bool:
@@ -178,6 +215,7 @@ class ExtenderState:
         self._monotonic = monotonic  # when Leases were seen to change
         self._lock = threading.Lock()
         self._nodes: dict[str, _Node] = {}
+        self._geometries = _GeometryCache()
         self._sightings: dict[str, Sighting] = {}  # node -> its Lease as last seen
         self._held: dict[str, Held] = {}  # pod uid -> its reservation
         self._rebuilt = False
@@ -218,7 +256,7 @@ class ExtenderState:
         with self._lock:
             reserved = self._spans(exclude_uid).get(name, {})
             sighting = self._sight(lease, seen_now)
-        geometry, why = lease_view(lease, sighting, now, seen_now)
+        geometry, why = lease_view(lease, sighting, now, seen_now, self._geometries)
         return NodeState(name, geometry, why, reserved)
 
     def node_states(self, names: Iterable[str], exclude_uid: str = "") -> list[NodeState]:
@@ -233,7 +271,7 @@ class ExtenderState:
             if entry is None:
                 why = NO_GEOMETRY
             else:
-                # Decoded once per change of the text; staleness judged now.
+                # Decoded once per version of the Lease; staleness judged now.
                 seen = sighting or Sighting.first(entry.lease, seen_now)
                 why = _stale(entry.lease, seen, now, seen_now) or entry.error
                 geometry = None if why else entry.geometry
@@ -365,10 +403,10 @@ class ExtenderState:
         """One round: list Leases and reserved pods, release what the rules say. A failed list
         keeps what was known (staleness ages it) and skips the rules that need it."""
         started = time.monotonic()
-        leases: list[LeaseInfo] | None
+        leases: list[_Node] | None
         pods: list[PodInfo] | None
         try:
-            leases = self.api.list_geometry_leases(self.namespace)
+            leases = self._list_leases()
         except KubeApiError as error:
             leases = None
             log.warning("lease_list_failed", extra={"error": str(error)})
@@ -436,21 +474,21 @@ class ExtenderState:
         except KubeApiError as error:
             log.warning("unlabel_failed", extra={"pod": pod.ref.name, "error": str(error)})
 
-    def _read(self, leases: list[LeaseInfo]) -> dict[str, _Node]:
-        nodes: dict[str, _Node] = {}
-        seen_now = self._monotonic()
-        sightings = {lease.name: self._sight(lease, seen_now) for lease in leases}
-        self._sightings = sightings  # a Lease no longer listed is seen anew if it comes back
-        for lease in leases:
-            known = self._nodes.get(lease.name)
-            if known is not None and known.lease.text == lease.text:
-                nodes[lease.name] = replace(known, lease=lease)  # same text: same geometry
-                continue
-            geometry, error = _decoded(lease)
-            if error:
-                log.warning("geometry_unreadable", extra={"node": lease.name, "why": error})
-            nodes[lease.name] = _Node(lease, geometry, error)
+    def _list_leases(self) -> list[_Node]:
+        """The listed Leases decoded (outside the lock: filters never wait for a decode),
+        each kept without its text."""
+        nodes = [
+            _Node(replace(lease, text=None), *self._geometries(lease))
+            for lease in self.api.list_geometry_leases(self.namespace)
+        ]
+        self._geometries.keep({node.lease.name for node in nodes})
         return nodes
+
+    def _read(self, listed: list[_Node]) -> dict[str, _Node]:
+        seen_now = self._monotonic()
+        # A Lease no longer listed is seen anew if it comes back.
+        self._sightings = {node.lease.name: self._sight(node.lease, seen_now) for node in listed}
+        return {node.lease.name: node for node in listed}
 
     def _uncarved(self, held: Held) -> dict[str, Reserved] | None:
         """The containers of the entry the node's geometry does not show carved for its pod;

@@ -5,20 +5,30 @@ A background thread lists the Leases every ``refresh_seconds``; ``profiles()`` a
 last good list while it is younger than ``fresh_seconds``, else None. The check needs evidence
 to refuse: None (never listed, or listing failing) and an empty list (no node publishes yet)
 both skip it, and the scheduler extender still keeps such a pod Pending with its reason.
+
+Memory stays bounded whatever the number of Leases: the list is read a page at a time, each
+page's texts are decoded and dropped, and only the profiles are kept, once each (and, past
+MAX_KEPT of them, only those no other profile covers, which give the same verdicts). A list
+whose continue token expired (HTTP 410) is started again once; any other failure keeps the
+last good answer.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from hygon_dcu_plugin.geometry import GeometryError, GeoProfile, decode
+from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION
 
 log = logging.getLogger(__name__)
 
-# A Lease's annotation texts; raises on any failure to list.
+# A Lease's annotation texts, read as they are consumed; raises on any failure to list
+# (ListExpired when the list must start again).
 Lister = Callable[[], Iterable[str]]
 
 # (apiGroup, resource, verb) of the one call lease_lister makes, in the plugins' namespace
@@ -26,6 +36,22 @@ Lister = Callable[[], Iterable[str]]
 WEBHOOK_LEASE_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("coordination.k8s.io", "leases", "list"),
 )
+
+# Leases per list call. A geometry annotation is refused over geometry.MAX_TEXT (~30 KB), so
+# a page of legal ones is at most ~3 MB.
+PAGE_SIZE = 100
+# A page over this fails the list: only Leases carrying far more than a geometry (the API
+# server allows 256 KiB of annotations each) come near it. Parsing one takes ~4 times its size.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+# Distinct profiles held before pruning to those no other covers.
+MAX_KEPT = 1024
+
+ProfileKey = tuple[str, int, int]
+
+
+class ListExpired(Exception):
+    """The API server expired the list's continue token (HTTP 410): list again from the
+    start."""
 
 
 class OfferedProfiles:
@@ -57,21 +83,16 @@ class OfferedProfiles:
     def refresh(self) -> None:
         """List once; a failure keeps the last list (until it is no longer fresh)."""
         try:
-            texts = list(self._lister())
+            try:
+                found = _offered(self._lister())
+            except ListExpired as expired:
+                log.info("geometry_list_restarted", extra={"error": str(expired)[:300]})
+                found = _offered(self._lister())  # expired again: a failure like any other
         except Exception as exc:  # the API may be down: say so once per failure streak
             if not self._failing:
                 log.warning("geometry_list_failed", extra={"error": str(exc)[:300]})
             self._failing = True
             return
-        found: dict[tuple[str, int, int], GeoProfile] = {}
-        for text in texts:
-            try:
-                geometry = decode(text)
-            except GeometryError as exc:
-                log.warning("geometry_unreadable", extra={"error": str(exc)[:300]})
-                continue
-            for profile in geometry.profiles():
-                found.setdefault((profile.name, profile.memory_mib, profile.cu_count), profile)
         with self._lock:
             self._profiles = tuple(found.values())
             self._listed_at = self._clock()
@@ -94,27 +115,103 @@ class OfferedProfiles:
             self._stop.wait(self._refresh)
 
 
-def lease_lister(namespace: str, label_selector: str, timeout: float = 10.0) -> Lister:
-    """The real lister: the Leases' geometry annotations through the in-cluster client.
-    Imported here only: without --geometry-namespace the webhook loads no Kubernetes client.
-    Raises kubernetes.config.ConfigException outside a pod with a service account token."""
-    from kubernetes import client, config  # noqa: PLC0415
+def _offered(texts: Iterable[str]) -> dict[ProfileKey, GeoProfile]:
+    """Every profile the texts offer, once per (name, memory, compute units); one text at a
+    time is decoded, none is kept."""
+    found: dict[ProfileKey, GeoProfile] = {}
+    for text in texts:
+        try:
+            geometry = decode(text)
+        except GeometryError as exc:
+            log.warning("geometry_unreadable", extra={"error": str(exc)[:300]})
+            continue
+        for profile in geometry.profiles():
+            found.setdefault((profile.name, profile.memory_mib, profile.cu_count), profile)
+        if len(found) > MAX_KEPT:
+            found = _uncovered(found)
+            if len(found) > MAX_KEPT:
+                raise ValueError(
+                    f"the geometry Leases offer over {MAX_KEPT} profiles that do not cover "
+                    "each other, more than this check keeps; are Leases forged?"
+                )
+    return found
 
-    from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION  # noqa: PLC0415
+
+def _uncovered(found: dict[ProfileKey, GeoProfile]) -> dict[ProfileKey, GeoProfile]:
+    """The profiles no other one covers (at least its memory and its compute units): a size
+    one of the others covers, these cover too, and the largest is among them."""
+    kept: dict[ProfileKey, GeoProfile] = {}
+    most_cu = -1
+    for key, profile in sorted(found.items(), key=lambda item: (-item[0][1], -item[0][2])):
+        if profile.cu_count > most_cu:
+            kept[key] = profile
+            most_cu = profile.cu_count
+    return kept
+
+
+def lease_lister(namespace: str, label_selector: str, timeout: float = 10.0) -> Lister:
+    """The real lister: the Leases' geometry annotations through the in-cluster client, a
+    page at a time. Imported here only: without --geometry-namespace the webhook loads no
+    Kubernetes client. Raises kubernetes.config.ConfigException outside a pod with a service
+    account token."""
+    from kubernetes import client, config  # noqa: PLC0415
+    from kubernetes.client.exceptions import ApiException  # noqa: PLC0415
 
     config.load_incluster_config()
     api = client.CoordinationV1Api()
 
-    def listed() -> list[str]:
-        leases = api.list_namespaced_lease(
-            namespace, label_selector=label_selector, _request_timeout=timeout
-        )
-        texts = []
-        for item in leases.items:
-            annotations = (item.metadata.annotations if item.metadata else None) or {}
-            text = annotations.get(GEOMETRY_ANNOTATION)
-            if isinstance(text, str):
-                texts.append(text)
-        return texts
+    def page(token: str | None) -> tuple[list[str], str | None]:
+        try:
+            response = api.list_namespaced_lease(
+                namespace,
+                label_selector=label_selector,
+                limit=PAGE_SIZE,
+                _continue=token,
+                _preload_content=False,  # the JSON, not the client's models of every Lease
+                _request_timeout=timeout,
+            )
+        except ApiException as error:
+            if error.status == 410 and token:
+                raise ListExpired(f"HTTP 410: {str(error.reason)[:200]}") from error
+            raise
+        return _texts(json.loads(_body(response)))
+
+    def listed() -> Iterator[str]:
+        texts, token = page(None)
+        yield from texts
+        while token:
+            texts, token = page(token)
+            yield from texts
 
     return listed
+
+
+def _body(response: Any) -> bytes:
+    """A raw reply's body, at most MAX_PAGE_BYTES (ValueError over it)."""
+    try:
+        body: bytes = response.read(MAX_PAGE_BYTES + 1)
+        if len(body) > MAX_PAGE_BYTES:
+            response.close()  # the rest is not read: the connection cannot be used again
+            raise ValueError(
+                f"a page of {PAGE_SIZE} geometry Leases is over {MAX_PAGE_BYTES} bytes; "
+                "are Leases carrying more than a geometry?"
+            )
+        return body
+    finally:
+        response.release_conn()
+
+
+def _texts(page: object) -> tuple[list[str], str | None]:
+    """The geometry annotations of a LeaseList page, and its continue token."""
+    if not isinstance(page, dict) or not isinstance(page.get("items"), list):
+        raise ValueError("the Lease list reply is not a list")
+    texts = []
+    for item in page["items"]:
+        metadata = item.get("metadata") if isinstance(item, dict) else None
+        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+        text = annotations.get(GEOMETRY_ANNOTATION) if isinstance(annotations, dict) else None
+        if isinstance(text, str):
+            texts.append(text)
+    metadata = page.get("metadata")
+    token = metadata.get("continue") if isinstance(metadata, dict) else None
+    return texts, token if isinstance(token, str) and token else None

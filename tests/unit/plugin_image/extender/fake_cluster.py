@@ -212,7 +212,7 @@ class FakeCluster(LocalApiServer):  # type: ignore[misc]
     def _page(items: list[dict[str, Any]], query: dict[str, str], kind: str) -> dict[str, Any]:
         start = int(query.get("continue", "0") or "0")
         limit = int(query.get("limit", "0") or "0") or len(items) or 1
-        page = items[start : start + limit]
+        page = copy.deepcopy(items[start : start + limit])  # the page only: lists stay cheap
         metadata: dict[str, Any] = {"resourceVersion": "1"}
         if start + limit < len(items):
             metadata["continue"] = str(start + limit)
@@ -225,7 +225,7 @@ class FakeCluster(LocalApiServer):  # type: ignore[misc]
                 if self.lease_list_status is not None:
                     return self.lease_list_status, _status(self.lease_list_status, "Injected")
                 items = [
-                    copy.deepcopy(lease)
+                    lease
                     for (ns, _name), lease in sorted(self.leases.items())
                     if ns == parts[4] and self._selected(lease, query.get("labelSelector"))
                 ]
@@ -237,7 +237,7 @@ class FakeCluster(LocalApiServer):  # type: ignore[misc]
                 return 200, copy.deepcopy(lease)
             if parts == ["api", "v1", "pods"]:
                 items = [
-                    copy.deepcopy(pod)
+                    pod
                     for _key, pod in sorted(self.pods.items())
                     if self._selected(pod, query.get("labelSelector"))
                 ]

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hygon_dcu_plugin.extender.state as state_module
 import pytest
+from hygon_dcu_plugin import geometry
 from hygon_dcu_plugin.extender.kube import KubernetesExtenderApi, LeaseInfo, PodInfo
 from hygon_dcu_plugin.extender.state import ExtenderState, Sighting, lease_view
 from hygon_dcu_plugin.reservation import Reservation, Reserved, encode
 from hygon_dcu_plugin.vocabulary import RESERVATION_ANNOTATION, RESERVED_LABEL
+from webhook_support import Authority
 
 from .fake_cluster import NAMESPACE, FakeCluster
-from .support import T0, Clock, Geometries, occupy, profile_limits, text
+from .support import T0, Clock, Geometries, occupy, profile_limits, serving, text
+from .worst_leases import largest_legal, over_the_old_bound, profile_name
 
 
 def make_state(
@@ -290,3 +294,55 @@ def test_a_pod_written_since_the_list_keeps_its_label(
     cluster.before_patch = lambda namespace, name: cluster.touch_pod(name, namespace)
     assert state.refresh() == []
     assert RESERVED_LABEL in cluster.pod("rebound")["metadata"]["labels"]
+
+
+# the largest Leases: each decoded once, and no larger one read -----------------------------
+def test_filters_refreshes_and_a_bind_decode_each_largest_legal_lease_once(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nodes = ["node-0", "node-1", "node-2", "node-free"]
+    for index, node in enumerate(nodes):
+        cluster.put_lease(node, largest_legal(index, carved=node != "node-free"), renewed=T0)
+    decoded: list[object] = []
+    real_decode = geometry.decode
+
+    def counted(text: object) -> geometry.Geometry:
+        decoded.append(text)
+        return real_decode(text)
+
+    monkeypatch.setattr(state_module, "decode", counted)
+    pod = cluster.add_pod("train", {"main": profile_limits(profile_name(0))})
+    with serving(tmp_path, authority, cluster) as running:  # listed once already
+        assert len(decoded) == len(nodes)
+        for _round in range(3):
+            answer = running.filter(pod, nodes)
+            assert answer["nodenames"] == ["node-free"]
+            assert answer["failedNodes"]["node-0"] == (
+                f"no free placement for a {profile_name(0)} partition (container main)"
+            )
+            running.state.refresh()
+        assert running.bind(pod, "node-free") == ""  # bind reads the node's Lease afresh
+        assert len(decoded) == len(nodes)  # nothing was written: nothing decoded again
+        cluster.put_lease("node-1", largest_legal(1), renewed=T0)  # a new resourceVersion
+        running.state.refresh()
+        assert len(decoded) == len(nodes) + 1
+
+
+def test_a_lease_over_the_bound_is_refused_with_its_size(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster
+) -> None:
+    # The largest legal text is the bound; one accepted before the bounds were tightened is
+    # refused for its size, before it is parsed.
+    assert len(largest_legal(7)) == geometry.MAX_TEXT
+    forged = over_the_old_bound(7)
+    cluster.put_lease("node-legal", largest_legal(7, carved=False), renewed=T0)
+    cluster.put_lease("node-forged", forged, renewed=T0)
+    pod = cluster.add_pod("train", {"main": profile_limits(profile_name(1))})
+    with serving(tmp_path, authority, cluster) as running:
+        answer = running.filter(pod, ["node-legal", "node-forged"])
+    assert answer["nodenames"] == ["node-legal"]
+    assert answer["failedNodes"]["node-forged"] == (
+        f"geometry unreadable: geometry is {len(forged)} characters; at most "
+        f"{geometry.MAX_TEXT} are read (the largest node the bounds allow: 16 cards of 8 "
+        "slices)"
+    )

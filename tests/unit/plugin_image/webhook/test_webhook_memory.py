@@ -1,4 +1,5 @@
-"""Peak memory of the real webhook process for the costliest bodies it accepts.
+"""Peak memory of the real webhook process for the costliest bodies it accepts, and while it
+lists thousands of geometry Leases.
 
 Each body is built to sit just under the limits (the body cap and the parse budget), is
 accepted (answered 200), and one a little costlier is refused with 413. The process's peak
@@ -21,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import simnode
+from hygon_dcu_plugin import geometry
 from hygon_dcu_plugin.webhook.bounded_json import parse_cost
 from hygon_dcu_plugin.webhook.server import (
     DEFAULT_MAX_BODY,
@@ -28,10 +31,12 @@ from hygon_dcu_plugin.webhook.server import (
     DEFAULT_PARSE_BUDGET,
     MAX_HEADER_BYTES,
 )
-from webhook_pod_cases import FAMILY, container, pod
+from in_cluster import NAMESPACE, InCluster, in_cluster
+from webhook_pod_cases import FAMILY, MEMORY_MIB, container, pod
 from webhook_support import Authority, Running, admission_review
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[4] / "plugin_image" / "src"
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".venv" / "collections"
 # Half of the Deployment's limits.memory (128Mi).
 PEAK_LIMIT_KIB = 64 * 1024
 # The room left under the budget for the review around the filler.
@@ -180,9 +185,14 @@ def test_peak_memory_with_every_connection_busy(webhook_process: tuple[int, Runn
     context = running.client_context()
     stuck = []
     try:
-        # Room is left for the senders' connections, and for the ones still closing.
-        for _index in range(DEFAULT_MAX_CONNECTIONS - 8):
-            plain = socket.create_connection(("127.0.0.1", running.port), timeout=30)
+        # Room is left for the senders' connections, and for the ones still closing. From two
+        # addresses: one client may have only half the connections busy.
+        for index in range(DEFAULT_MAX_CONNECTIONS - 8):
+            plain = socket.create_connection(
+                ("127.0.0.1", running.port),
+                timeout=30,
+                source_address=(f"127.0.0.{2 + index % 2}", 0),
+            )
             tls = context.wrap_socket(plain, server_hostname="127.0.0.1")
             stuck.append(tls)
             # Headers up to just under the allowance, never finished.
@@ -206,3 +216,99 @@ def test_peak_memory_with_every_connection_busy(webhook_process: tuple[int, Runn
         f"peak RSS (VmHWM) with {len(stuck)} stuck connections and 4 senders: {peak / 1024:.1f} MiB"
     )
     assert peak < 2 * PEAK_LIMIT_KIB
+
+
+def _node_text(model: str, cards: int) -> str:
+    """The geometry a node of ``cards`` cards of the simulator's ``model`` publishes."""
+    spec = simnode.MODELS[model]
+    profiles = tuple(
+        geometry.GeoProfile(
+            p.name,
+            p.slices,
+            p.memory_mib,
+            p.cu_count,
+            tuple(geometry.GeoPlacement(s, p.slices) for s in p.starts),
+        )
+        for p in spec.profiles
+    )
+    return geometry.encode(
+        geometry.Geometry(
+            1,
+            tuple(
+                geometry.GeoCard(pci, spec.slices, profiles, frozenset())
+                for pci in spec.pci_addresses[:cards]
+            ),
+        )
+    )
+
+
+@pytest.fixture
+def listing_webhook(
+    tmp_path: Path, authority: Authority
+) -> Iterator[tuple[int, Running, InCluster]]:
+    """The webhook process checking sizes against the geometry Leases of the fake API server
+    (reached over TLS as from a pod), listing them every second."""
+    with in_cluster(tmp_path, authority) as cluster:
+        cert_pem, key_pem, _ignored = authority.issue()
+        (tmp_path / "tls.crt").write_bytes(cert_pem)
+        (tmp_path / "tls.key").write_bytes(key_pem)
+        log_path = tmp_path / "webhook.log"
+        main = "import sys; from hygon_dcu_plugin.webhook.server import main; "
+        with log_path.open("w") as log:
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    f"{cluster.preamble()}; {main}sys.exit(main(sys.argv[1:]))",
+                    "--address=127.0.0.1",
+                    "--port=0",
+                    f"--cert-file={tmp_path / 'tls.crt'}",
+                    f"--key-file={tmp_path / 'tls.key'}",
+                    "--shutdown-delay-seconds=0",
+                    f"--geometry-namespace={NAMESPACE}",
+                    "--geometry-refresh-seconds=1",
+                ],
+                # The geometry reader brings the node layer: the collection too.
+                env={**os.environ, **cluster.env, "PYTHONPATH": f"{PACKAGE_ROOT}:{COLLECTIONS}"},
+                stderr=log,
+                stdout=subprocess.DEVNULL,
+            )
+        try:
+            port = _listening_port(log_path, process)
+            yield process.pid, Running(None, port, authority.pem, tmp_path, tmp_path), cluster
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+
+
+LEASES = 5000
+
+
+def test_peak_memory_listing_thousands_of_geometry_leases(
+    listing_webhook: tuple[int, Running, InCluster],
+) -> None:
+    pid, running, cluster = listing_webhook
+    # 8-card nodes of the largest table the simulator has (the 8-slice one), ~4 KB each.
+    text = _node_text("hypo-x8", cards=8)
+    for index in range(LEASES):
+        cluster.put_lease(f"node-{index:05d}", text)
+    largest = max(simnode.MODELS["hypo-x8"].profiles, key=lambda p: p.memory_mib)
+    too_big = admission_review(pod(container("train", {FAMILY: "1", MEMORY_MIB: "9999999"})))
+    deadline = time.monotonic() + 60
+    while True:  # until a list was read whole: the size is refused, naming the largest
+        status, answer = running.review(too_big)
+        assert status == 200
+        if not answer["response"]["allowed"]:
+            break
+        assert time.monotonic() < deadline, "the Leases were never read"
+        time.sleep(0.2)
+    assert largest.name in answer["response"]["status"]["message"]
+    # And once more from the start, so the peak covers a list made while the last is kept.
+    started = len([q for q in cluster.api.lease_lists if "continue" not in q])
+    while len([q for q in cluster.api.lease_lists if "continue" not in q]) < started + 2:
+        assert time.monotonic() < deadline, "the Leases were not listed again"
+        time.sleep(0.2)
+    peak = _peak_kib(pid)
+    pages = len(cluster.api.lease_lists)
+    print(f"peak RSS (VmHWM) listing {LEASES} Leases ({pages} list calls): {peak / 1024:.1f} MiB")
+    assert peak <= PEAK_LIMIT_KIB

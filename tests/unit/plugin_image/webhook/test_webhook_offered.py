@@ -7,16 +7,20 @@ geometry texts go through the real codec, and the verdict through the real HTTPS
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hygon_dcu_plugin.webhook.offered as offered_module
 import pytest
 import simnode
 from hygon_dcu_plugin import geometry
 from hygon_dcu_plugin.request import Reason
-from hygon_dcu_plugin.webhook.offered import OfferedProfiles
+from hygon_dcu_plugin.vocabulary import GEOMETRY_SELECTOR
+from hygon_dcu_plugin.webhook.offered import OfferedProfiles, lease_lister
 from hygon_dcu_plugin.webhook.rules import check_pod
 from hygon_dcu_plugin.webhook.server import start_offered
+from in_cluster import NAMESPACE, InCluster, in_cluster
 from webhook_pod_cases import FAMILY, container, pod
 from webhook_support import Authority, admission_review, serving
 
@@ -144,3 +148,137 @@ def test_without_a_service_account_the_webhook_serves_without_the_check(
     assert "automountServiceAccountToken" in record.__dict__["fix"]
     assert start_offered("", 30.0) is None  # not asked: nothing logged
     assert len([r for r in caplog.records if r.getMessage() == "geometry_check_off"]) == 1
+
+
+# The real lister, paged, against the fake API server over TLS ----------------------------
+@pytest.fixture
+def api_server(
+    tmp_path: Path, authority: Authority, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[InCluster]:
+    with in_cluster(tmp_path, authority) as cluster:
+        cluster.enter(monkeypatch)
+        yield cluster
+
+
+def names(profiles: OfferedProfiles) -> set[str]:
+    return {p.name for p in profiles.profiles() or ()}
+
+
+def model_names(*models: str) -> set[str]:
+    return {p.name for m in models for p in simnode.MODELS[m].profiles}
+
+
+def put_nodes(cluster: InCluster, model: str, count: int, first: int = 0) -> None:
+    for index in range(first, first + count):
+        cluster.put_lease(f"node-{index:04d}", node_text(model))
+
+
+def test_the_lister_reads_a_page_at_a_time_and_keeps_each_profile_once(
+    api_server: InCluster,
+) -> None:
+    put_nodes(api_server, "c3000-bw", 150)
+    put_nodes(api_server, "hypo-x8", 60, first=150)
+    profiles = OfferedProfiles(lease_lister(NAMESPACE, GEOMETRY_SELECTOR))
+    profiles.refresh()
+    assert names(profiles) == model_names("c3000-bw", "hypo-x8")
+    assert len(profiles.profiles() or ()) == len(model_names("c3000-bw", "hypo-x8"))
+    pages = api_server.api.lease_lists
+    # 210 Leases: three pages of at most 100, each asked with the token of the one before.
+    assert [(q.get("limit"), q.get("continue")) for q in pages] == [
+        ("100", None),
+        ("100", "100"),
+        ("100", "200"),
+    ]
+    assert all(q["labelSelector"] == GEOMETRY_SELECTOR for q in pages)
+
+
+def test_an_expired_continue_token_starts_the_list_again_once(
+    api_server: InCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=offered_module.__name__)
+    put_nodes(api_server, "c3000-bw", 150)
+    put_nodes(api_server, "hypo-x8", 1, first=150)  # on the second page only
+    api_server.api.expire_continues = 1
+    profiles = OfferedProfiles(lease_lister(NAMESPACE, GEOMETRY_SELECTOR))
+    profiles.refresh()
+    assert names(profiles) == model_names("c3000-bw", "hypo-x8")
+    assert [q.get("continue") for q in api_server.api.lease_lists] == [None, "100", None, "100"]
+    (restarted,) = [r for r in caplog.records if r.getMessage() == "geometry_list_restarted"]
+    assert "410" in restarted.__dict__["error"]
+    assert not [r for r in caplog.records if r.getMessage() == "geometry_list_failed"]
+
+
+def test_a_list_expired_twice_keeps_the_last_answer(
+    api_server: InCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    put_nodes(api_server, "c3000-bw", 150)
+    profiles = OfferedProfiles(lease_lister(NAMESPACE, GEOMETRY_SELECTOR))
+    profiles.refresh()
+    assert names(profiles) == model_names("c3000-bw")
+    # A node of a larger model joins, but its page is never read whole.
+    put_nodes(api_server, "hypo-x8", 1, first=150)
+    api_server.api.expire_continues = 2
+    profiles.refresh()
+    assert names(profiles) == model_names("c3000-bw")
+    (failed,) = [r for r in caplog.records if r.getMessage() == "geometry_list_failed"]
+    assert "410" in failed.__dict__["error"]
+    profiles.refresh()  # the next list works again
+    assert names(profiles) == model_names("c3000-bw", "hypo-x8")
+
+
+def test_a_page_over_its_byte_bound_fails_the_list_and_keeps_the_last_answer(
+    api_server: InCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    put_nodes(api_server, "c3000-bw", 3)
+    profiles = OfferedProfiles(lease_lister(NAMESPACE, GEOMETRY_SELECTOR))
+    profiles.refresh()
+    # Leases carrying far more than a geometry (each under the API server's 256 KiB).
+    bulky = "x" * (offered_module.MAX_PAGE_BYTES // 50)
+    for index in range(60):
+        api_server.put_lease(f"bulky-{index:02d}", bulky)
+    put_nodes(api_server, "hypo-x8", 1, first=100)
+    profiles.refresh()
+    assert names(profiles) == model_names("c3000-bw")
+    (failed,) = [r for r in caplog.records if r.getMessage() == "geometry_list_failed"]
+    assert f"over {offered_module.MAX_PAGE_BYTES} bytes" in failed.__dict__["error"]
+    with api_server.api.lock:
+        for index in range(60):
+            del api_server.api.leases[f"{NAMESPACE}/bulky-{index:02d}"]
+    profiles.refresh()  # and the next list works again
+    assert names(profiles) == model_names("c3000-bw", "hypo-x8")
+
+
+def _with_profiles(sizes: list[tuple[int, int]]) -> str:
+    """A one-card geometry whose profiles have these (memory MiB, compute units)."""
+    profiles = tuple(
+        geometry.GeoProfile(f"p{memory}x{cu}", 1, memory, cu, (geometry.GeoPlacement(0, 1),))
+        for memory, cu in sizes
+    )
+    card = geometry.GeoCard("0000:03:00.0", 1, profiles, frozenset())
+    return geometry.encode(geometry.Geometry(1, (card,)))
+
+
+def test_past_its_bound_only_the_profiles_no_other_covers_are_kept() -> None:
+    kept = offered_module.MAX_KEPT
+    # Many distinct profiles, each covered by the largest (more memory and compute units).
+    texts = [
+        _with_profiles([(1000 + i * 8 + k, 1 + k) for k in range(geometry.MAX_PROFILES)])
+        for i in range(kept // geometry.MAX_PROFILES + 8)
+    ]
+    texts.append(_with_profiles([(200_000, 500)]))
+    profiles = OfferedProfiles(lambda: texts)
+    profiles.refresh()
+    held = profiles.profiles()
+    assert held is not None and len(held) <= kept
+    # The same verdicts as with every profile, and the same largest one named.
+    assert check_pod(size_pod(150_000, 400), held) == []
+    (violation,) = check_pod(size_pod(200_001), held)
+    assert "p200000x500 with 200000 MiB and 500 compute units" in violation.message
+    # Over the bound even after that (no profile covers another): the last answer is kept.
+    spread = [
+        _with_profiles([(10_000 + n, 4000 - n) for n in range(i, i + geometry.MAX_PROFILES)])
+        for i in range(0, kept + geometry.MAX_PROFILES, geometry.MAX_PROFILES)
+    ]
+    texts[:] = spread
+    profiles.refresh()
+    assert profiles.profiles() == held
