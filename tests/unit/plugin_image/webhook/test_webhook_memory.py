@@ -23,7 +23,6 @@ from typing import Any
 
 import pytest
 import simnode
-from hygon_dcu_plugin import geometry
 from hygon_dcu_plugin.webhook.bounded_json import parse_cost
 from hygon_dcu_plugin.webhook.server import (
     DEFAULT_MAX_BODY,
@@ -32,6 +31,7 @@ from hygon_dcu_plugin.webhook.server import (
     MAX_HEADER_BYTES,
 )
 from in_cluster import NAMESPACE, InCluster, in_cluster
+from model_geometry import node_text
 from webhook_pod_cases import FAMILY, MEMORY_MIB, container, pod
 from webhook_support import Authority, Running, admission_review
 
@@ -218,30 +218,6 @@ def test_peak_memory_with_every_connection_busy(webhook_process: tuple[int, Runn
     assert peak < 2 * PEAK_LIMIT_KIB
 
 
-def _node_text(model: str, cards: int) -> str:
-    """The geometry a node of ``cards`` cards of the simulator's ``model`` publishes."""
-    spec = simnode.MODELS[model]
-    profiles = tuple(
-        geometry.GeoProfile(
-            p.name,
-            p.slices,
-            p.memory_mib,
-            p.cu_count,
-            tuple(geometry.GeoPlacement(s, p.slices) for s in p.starts),
-        )
-        for p in spec.profiles
-    )
-    return geometry.encode(
-        geometry.Geometry(
-            1,
-            tuple(
-                geometry.GeoCard(pci, spec.slices, profiles, frozenset())
-                for pci in spec.pci_addresses[:cards]
-            ),
-        )
-    )
-
-
 @pytest.fixture
 def listing_webhook(
     tmp_path: Path, authority: Authority
@@ -289,7 +265,7 @@ def test_peak_memory_listing_thousands_of_geometry_leases(
 ) -> None:
     pid, running, cluster = listing_webhook
     # 8-card nodes of the largest table the simulator has (the 8-slice one), ~4 KB each.
-    text = _node_text("hypo-x8", cards=8)
+    text = node_text("hypo-x8", cards=8)
     for index in range(LEASES):
         cluster.put_lease(f"node-{index:05d}", text)
     largest = max(simnode.MODELS["hypo-x8"].profiles, key=lambda p: p.memory_mib)

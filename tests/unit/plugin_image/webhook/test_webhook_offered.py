@@ -21,27 +21,12 @@ from hygon_dcu_plugin.webhook.offered import OfferedProfiles, lease_lister
 from hygon_dcu_plugin.webhook.rules import check_pod
 from hygon_dcu_plugin.webhook.server import start_offered
 from in_cluster import NAMESPACE, InCluster, in_cluster
+from model_geometry import node_text
 from webhook_pod_cases import FAMILY, container, pod
 from webhook_support import Authority, admission_review, serving
 
 MEMORY = FAMILY + ".memory-mib"
 CU = FAMILY + ".compute-units"
-
-
-def node_text(model: str) -> str:
-    spec = simnode.MODELS[model]
-    profiles = tuple(
-        geometry.GeoProfile(
-            p.name,
-            p.slices,
-            p.memory_mib,
-            p.cu_count,
-            tuple(geometry.GeoPlacement(s, p.slices) for s in p.starts),
-        )
-        for p in spec.profiles
-    )
-    card = geometry.GeoCard(spec.pci_addresses[0], spec.slices, profiles, frozenset())
-    return geometry.encode(geometry.Geometry(1, (card,)))
 
 
 def largest(model: str) -> simnode.ProfileSpec:
