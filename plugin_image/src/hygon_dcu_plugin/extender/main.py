@@ -16,7 +16,11 @@ from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.config import kube_name_problem
 from hygon_dcu_plugin.vocabulary import SCHEDULER_NAME
 from hygon_dcu_plugin.webhook import malloc_tuning
-from hygon_dcu_plugin.webhook.server import DEFAULT_MAX_CONNECTIONS, stop_on_signals
+from hygon_dcu_plugin.webhook.server import (
+    DEFAULT_MAX_CONNECTIONS,
+    MAX_CONNECTIONS_HELP,
+    stop_on_signals,
+)
 from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
 
 from .client_auth import ClientVerifyingReloader
@@ -97,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
-        help="connections over this many are closed at once",
+        help=MAX_CONNECTIONS_HELP,
     )
     parser.add_argument(
         "--shutdown-delay-seconds",

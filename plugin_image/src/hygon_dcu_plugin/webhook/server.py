@@ -615,6 +615,13 @@ class AdmissionHandler(BaseHTTPRequestHandler):
         log.warning("http_error", extra={"detail": format % args})
 
 
+# The --max-connections help of both HTTPS servers (the extender's composes this server).
+MAX_CONNECTIONS_HELP = (
+    "connections over this many take the place of the one idle longest, or are closed at once "
+    "when none is idle; one client address may have half of them busy"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hygon-dcu-plugin webhook",
@@ -638,8 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=DEFAULT_MAX_CONNECTIONS,
-        help="connections over this many take the place of the one idle longest, or are "
-        "closed at once when none is idle; one client address may have half of them busy",
+        help=MAX_CONNECTIONS_HELP,
     )
     parser.add_argument(
         "--shutdown-delay-seconds",
