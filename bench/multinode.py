@@ -1,5 +1,5 @@
-"""Multi-node replay of the scheduler extender against the count-only scheduler of today, and
-the latency of the extender's filter + bind decision (docs/dev/extender.md).
+"""Multi-node replay of the scheduler extender against the count-only scheduler of today
+(docs/dev/extender.md). What one decision costs over the wire is ``extender_http.py``'s.
 
     .venv/bin/python bench/multinode.py [--quick]
 
@@ -20,9 +20,6 @@ instant in arrival order, all bound before any is carved (a job's pods are creat
 and carving takes longer than their creation). A pod no node takes stays pending and is
 tried again in every later round. Ties between nodes go to the default scheduler's choice,
 modelled as the node with the fewest partition pods, then a seeded random one.
-
-Latency: the same pure decision on 100 and 1,000 nodes of seeded occupancy and reservations,
-against the count-only filter (resource counts compared node by node) measured alongside.
 """
 
 from __future__ import annotations
@@ -60,7 +57,7 @@ from hygon_dcu_plugin.extender.decide import (  # noqa: E402
 )
 from hygon_dcu_plugin.geometry import GeoCard, Geometry, GeoProfile, card_views, of_cards  # noqa: E402
 from hygon_dcu_plugin.placement import PACK, choose, slices_of  # noqa: E402
-from hygon_dcu_plugin.request import PartitionRequest, ProfileRequest, SizeRequest  # noqa: E402
+from hygon_dcu_plugin.request import PartitionRequest, ProfileRequest  # noqa: E402
 from hygon_dcu_plugin.vocabulary import (  # noqa: E402
     COMPUTE_UNITS,
     FAMILY,
@@ -92,13 +89,11 @@ class Scale:
     load: float
     pods: int  # about this many arrivals per mix (both models together)
     mixes: tuple[str, ...]
-    latency_nodes: tuple[int, int]
-    latency_pods: int
 
 
 BIG_BURSTS = "bursty x4"  # four jobs at one instant: 4-24 pods
-FULL = Scale(8, 8, 0.9, 4000, (*MIXES, BIG_BURSTS), (100, 1000), 100)
-QUICK = Scale(2, 8, 0.9, 120, ("uniform", BIG_BURSTS), (10, 40), 5)
+FULL = Scale(8, 8, 0.9, 4000, (*MIXES, BIG_BURSTS))
+QUICK = Scale(2, 8, 0.9, 120, ("uniform", BIG_BURSTS))
 
 
 @functools.cache
@@ -511,164 +506,6 @@ def replay_table(scale: Scale, seed: int = 0) -> str:
     return table(headers, rows)
 
 
-# Latency ---------------------------------------------------------------------------------
-
-
-def latency_cluster(nodes: int, seed: int) -> list[SimNode]:
-    """``nodes`` 8-card nodes, half of each model, each filled to a seeded share (0-90%) by
-    ``placement.choose`` and about a quarter of them holding one reservation made by ``place``."""
-    rng = random.Random(seed)
-    cluster = [
-        SimNode(f"{model}-{n}", model, node_geometry(model).cards)
-        for n in range(nodes // 2)
-        for model in MODELS
-    ]
-    for node in cluster:
-        names = sorted(node.profiles)
-        target = rng.uniform(0.0, 0.9) * node.total
-        for _attempt in range(4 * node.total):
-            if node.total - node.free() >= target:
-                break
-            choice = choose(card_views(node.geometry()), rng.choice(names), PACK)
-            if choice is not None:
-                card = choice.card.index
-                node.occupied[card] |= slices_of(choice.placement.start, choice.placement.size)
-        if rng.random() < 0.25:
-            pod = Pod(-1, 0.0, 0.0, node.model, ProfileRequest(rng.choice(names)))
-            answer = place(node.state(), pod.requests)
-            if isinstance(answer, Placed):
-                node.bound.append(
-                    (pod, tuple((node.index[a.card], a.start, a.size) for a in answer.assignments))
-                )
-    return cluster
-
-
-def latency_pods(count: int, seed: int) -> list[Requests]:
-    """Half profile requests (of either model), half size requests (any model can serve)."""
-    rng = random.Random(seed)
-    profiles = sorted(
-        {(p.name, p.memory_mib) for m in MODELS for c in node_geometry(m).cards for p in c.profiles}
-    )
-    pods: list[Requests] = []
-    for n in range(count):
-        name, memory = rng.choice(profiles)
-        request: PartitionRequest = (
-            ProfileRequest(name) if n % 2 == 0 else SizeRequest(memory - rng.randint(0, 4096))
-        )
-        pods.append(((CONTAINER, request),))
-    return pods
-
-
-def _count_filter(counts: Sequence[dict[str, int]], asked: dict[str, int]) -> int | None:
-    """The count-only filter: every node's counts against what the pod asks for, and the
-    first node that fits (what NodeResourcesFit does with extended resources)."""
-    fits = [i for i, c in enumerate(counts) if all(c.get(r, 0) >= k for r, k in asked.items())]
-    return fits[0] if fits else None
-
-
-def _extender_decision(states: Sequence[NodeState], requests: Requests) -> int | None:
-    """The extender's pure path for one pod: filter (``place`` on every node), prioritize
-    (``score``), bind (``place`` again on the chosen node)."""
-    scored = []
-    for i, state in enumerate(states):
-        answer = place(state, requests)
-        if isinstance(answer, Placed):
-            scored.append((score(answer, BINPACK), -i))
-    if not scored:
-        return None
-    chosen = -max(scored)[1]
-    if not isinstance(place(states[chosen], requests), Placed):
-        raise AssertionError("bind disagrees with the filter")
-    return chosen
-
-
-def percentile(samples: Sequence[float], share: float) -> float:
-    """Nearest-rank percentile."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
-
-
-@dataclass(frozen=True)
-class Latency:
-    nodes: int
-    pods: int
-    extender: tuple[float, ...]  # seconds per pod
-    count_only: tuple[float, ...]
-    placed: int  # pods some node could take
-
-
-def measure_latency(nodes: int, pods: int, seed: int = 0) -> Latency:
-    cluster = latency_cluster(nodes, seed_for("latency", seed))
-    states = [n.state() for n in cluster]
-    counts = [free_capacity(card_views(n.geometry(), n.reserved())) for n in cluster]
-    extender, count_only, placed = [], [], 0
-    for requests in latency_pods(pods, seed_for("latency pods", seed)):
-        asked: Counter[str] = Counter()
-        for _container, request in requests:
-            asked.update(needs(request))
-        # Interleaved, so both see the same machine load.
-        started = time.perf_counter()
-        _count_filter(counts, dict(asked))
-        middle = time.perf_counter()
-        chosen = _extender_decision(states, requests)
-        done = time.perf_counter()
-        count_only.append(middle - started)
-        extender.append(done - middle)
-        placed += chosen is not None
-    return Latency(nodes, pods, tuple(extender), tuple(count_only), placed)
-
-
-def latency_table(small: Latency, large: Latency) -> str:
-    def ms(value: float) -> str:
-        return f"{1000 * value:.3f}"
-
-    rows = []
-    for m in (small, large):
-        ext50, ext99 = percentile(m.extender, 0.5), percentile(m.extender, 0.99)
-        cnt50, cnt99 = percentile(m.count_only, 0.5), percentile(m.count_only, 0.99)
-        rows.append(
-            [
-                f"{m.nodes} nodes",
-                f"{m.pods} ({m.placed} placeable)",
-                ms(ext50),
-                ms(ext99),
-                ms(cnt50),
-                ms(cnt99),
-                f"{ext50 / cnt50:.0f}",
-                f"{1e6 * ext50 / m.nodes:.1f}",
-            ]
-        )
-
-    def grows(pick: float, values: str) -> str:
-        a = percentile(getattr(small, values), pick)
-        b = percentile(getattr(large, values), pick)
-        return f"{b / a:.2f}"
-
-    rows.append(
-        [
-            f"{large.nodes}/{small.nodes} (x{large.nodes / small.nodes:g} nodes)",
-            "",
-            grows(0.5, "extender"),
-            grows(0.99, "extender"),
-            grows(0.5, "count_only"),
-            grows(0.99, "count_only"),
-            "",
-            "",
-        ]
-    )
-    headers = [
-        "cluster",
-        "pods",
-        "extender p50 ms",
-        "p99 ms",
-        "count-only p50 ms",
-        "p99 ms",
-        "extender /count-only p50",
-        "extender us/node p50",
-    ]
-    return table(headers, rows)
-
-
 # Output ----------------------------------------------------------------------------------
 
 
@@ -691,19 +528,7 @@ def run(quick: bool = False, scale: Scale | None = None) -> str:
         "where a pending pod asks no more slices than are free yet fits nowhere there, over "
         "cluster slices x time",
         replay_table(scale),
-        "",
-        "== extender decision latency ==",
-        "one pod: filter (decide.place on every node) + prioritize (decide.score, binpack) + "
-        "bind (decide.place on the chosen node); count-only = every node's counts against the "
-        f"pod's resources; {scale.latency_pods} seeded pods (half by profile, half by size) on "
-        "nodes filled 0-90%, about a quarter holding a reservation; p99 is nearest-rank",
     ]
-    small_nodes, large_nodes = scale.latency_nodes
-    _progress(f"latency {small_nodes} nodes")
-    small = measure_latency(small_nodes, scale.latency_pods)
-    _progress(f"latency {large_nodes} nodes")
-    large = measure_latency(large_nodes, scale.latency_pods)
-    out.append(latency_table(small, large))
     return "\n".join(out)
 
 

@@ -13,7 +13,7 @@ profile type: on views of the node layer's cards, ``choose`` answers with the no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol
 
@@ -98,7 +98,10 @@ class CardView(Generic[P_co]):
     occupied: frozenset[int]
 
     def profile(self, name: str) -> P_co | None:
-        return next((p for p in self.profiles if p.name == name), None)
+        for profile in self.profiles:  # a loop: called per card for every decision
+            if profile.name == name:
+                return profile
+        return None
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,12 @@ def _damage(card: CardView, placement: PlacementLike) -> tuple[int, ...]:
     )
 
 
+Rank = tuple[tuple[int, ...], int]
+
+
 def card_option(
     card: CardView, profile: ProfileLike, policy: str = PACK
-) -> tuple[tuple[tuple[int, ...], int], PlacementLike] | None:
+) -> tuple[Rank, PlacementLike] | None:
     """The placement this card would give a new instance of the profile, and the rank choose()
     compares cards by (lower wins; the card index breaks ties), or None if it does not fit.
     It depends on nothing but this card, so a caller may memoise it per occupancy."""
@@ -165,7 +171,16 @@ def card_option(
     return ((), -free), placement
 
 
-def choose(cards: Sequence[CardView[P]], profile_name: str, policy: str = PACK) -> Choice[P] | None:
+# card_option, or a caller's memo of it (same answers for the same card, profile and policy).
+CardOption = Callable[[CardView, ProfileLike, str], tuple[Rank, PlacementLike] | None]
+
+
+def choose(
+    cards: Sequence[CardView[P]],
+    profile_name: str,
+    policy: str = PACK,
+    option: CardOption = card_option,
+) -> Choice[P] | None:
     """Card and placement for one new instance of profile_name, or None if nothing fits.
 
     pack: the placement that costs the node the least future capacity (fewer wide instances lost
@@ -175,14 +190,14 @@ def choose(cards: Sequence[CardView[P]], profile_name: str, policy: str = PACK) 
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown placement policy {policy!r}; use one of {POLICIES}")
-    fitting: list[tuple[tuple[tuple[int, ...], int], int, Choice[P]]] = []
+    fitting: list[tuple[Rank, int, Choice[P]]] = []
     for card in cards:
         profile = card.profile(profile_name)
         if profile is None:
             continue
-        option = card_option(card, profile, policy)
-        if option is not None:
-            rank, placement = option
+        found = option(card, profile, policy)
+        if found is not None:
+            rank, placement = found
             fitting.append((rank, card.index, Choice(card, profile, placement)))
     if not fitting:
         return None
@@ -191,20 +206,25 @@ def choose(cards: Sequence[CardView[P]], profile_name: str, policy: str = PACK) 
 
 def size_candidates(cards: Sequence[CardView[S]], request: SizeRequest) -> list[str]:
     """The names of the profiles any card offers that cover the request, smallest first."""
-    return list(
-        dict.fromkeys(p.name for p in request.smallest(p for c in cards for p in c.profiles))
-    )
+    # Cards of one model share their profile objects: each is looked at once.
+    offered = {id(p): p for c in cards for p in c.profiles}.values()
+    return list(dict.fromkeys(p.name for p in request.smallest(offered)))
 
 
 def choose_size(
-    cards: Sequence[CardView[S]], request: SizeRequest, policy: str = PACK
+    cards: Sequence[CardView[S]],
+    request: SizeRequest,
+    policy: str = PACK,
+    option: CardOption = card_option,
+    candidates: Sequence[str] | None = None,
 ) -> Choice[S] | None:
     """Card and placement for a size request: the smallest covering profile that has a free
     placement, among the cards where that profile covers (cards of two models may give one
-    name different figures). The allocator and the scheduler extender both decide by it."""
-    for name in size_candidates(cards, request):
+    name different figures). The allocator and the scheduler extender both decide by it.
+    ``candidates``: ``size_candidates(cards, request)`` when the caller has it already."""
+    for name in size_candidates(cards, request) if candidates is None else candidates:
         covering = [c for c in cards if (p := c.profile(name)) is not None and request.covers(p)]
-        choice = choose(covering, name, policy)
+        choice = choose(covering, name, policy, option)
         if choice is not None:
             return choice
     return None

@@ -13,7 +13,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..geometry import Geometry, GeoProfile, card_views
-from ..placement import PACK, CardView, Choice, choose, choose_size, size_candidates, slices_of
+from ..placement import (
+    PACK,
+    CardOption,
+    CardView,
+    Choice,
+    card_option,
+    choose,
+    choose_size,
+    size_candidates,
+    slices_of,
+)
 from ..request import PartitionRequest, ProfileRequest, SizeRequest
 
 BINPACK = "binpack"
@@ -57,14 +67,14 @@ class NotPlaced:
 
 
 def _order(
-    requests: Sequence[tuple[str, PartitionRequest]], profiles: list[GeoProfile]
-) -> list[tuple[str, PartitionRequest]]:
+    requests: Sequence[tuple[int, tuple[str, PartitionRequest]]], profiles: list[GeoProfile]
+) -> list[tuple[int, tuple[str, PartitionRequest]]]:
     """Widest first, so a narrow container never takes the room a wide one of the same pod
     needs (the stable sort keeps the pod's order among equals)."""
     slices = {p.name: p.slices for p in profiles}
 
-    def width(item: tuple[str, PartitionRequest]) -> int:
-        request = item[1]
+    def width(item: tuple[int, tuple[str, PartitionRequest]]) -> int:
+        request = item[1][1]
         if isinstance(request, ProfileRequest):
             return slices.get(request.profile, 0)
         smallest = request.smallest(profiles)
@@ -73,18 +83,37 @@ def _order(
     return sorted(requests, key=width, reverse=True)
 
 
+# Why one request of a pod could not be placed: no profile of the node covers it, or no
+# profile that covers it has a free placement (docs/dev/extender.md).
+NO_PROFILE = "no-profile"
+NO_ROOM = "no-room"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where a pod's requests go on a node, by their index in the pod, or which one failed
+    and how. It depends on the requests only through ``shape``, so one outcome serves every
+    pod of that shape on that node content (``place_memo``)."""
+
+    taken: tuple[tuple[int, str, str, int, int], ...]  # (index, card pci, profile, start, size)
+    free_slices_after: int
+    total_slices: int
+    failed: tuple[str, int] | None = None  # (NO_PROFILE or NO_ROOM, index)
+
+
 def _choice(
-    views: list[CardView[GeoProfile]], request: PartitionRequest
+    views: list[CardView[GeoProfile]], request: PartitionRequest, option: CardOption
 ) -> Choice[GeoProfile] | str | None:
-    """The allocator's choice for the request (placement.choose, choose_size), or why no
-    profile of the node can serve it."""
+    """The allocator's choice for the request (placement.choose, choose_size), or NO_PROFILE
+    when no profile of the node can serve it."""
     if isinstance(request, ProfileRequest):
         if not any(v.profile(request.profile) for v in views):
-            return f"no profile on this node covers {_want(request)}"
-        return choose(views, request.profile, PACK)
-    if not size_candidates(views, request):
-        return f"no profile on this node covers {_want(request)}"
-    return choose_size(views, request, PACK)
+            return NO_PROFILE
+        return choose(views, request.profile, PACK, option)
+    candidates = size_candidates(views, request)
+    if not candidates:
+        return NO_PROFILE
+    return choose_size(views, request, PACK, option, candidates)
 
 
 def _want(request: PartitionRequest) -> str:
@@ -93,31 +122,76 @@ def _want(request: PartitionRequest) -> str:
     return f"a {request.profile} partition"
 
 
+def distinct_profiles(geometry: Geometry) -> tuple[GeoProfile, ...]:
+    """Every profile of any card, once per value (two models may give one name different
+    figures), in the order the cards list them."""
+    return tuple(dict.fromkeys(p for card in geometry.cards for p in card.profiles))
+
+
+def shape(
+    requests: Sequence[tuple[str, PartitionRequest]], profiles: Sequence[GeoProfile]
+) -> tuple[object, ...]:
+    """What ``outcome`` reads of the requests on a node whose ``distinct_profiles`` are
+    ``profiles``: a profile request by its name, a size request by the profiles it covers
+    (their positions in ``profiles``)."""
+    return tuple(
+        request.profile
+        if isinstance(request, ProfileRequest)
+        else tuple(i for i, p in enumerate(profiles) if request.covers(p))
+        for _container, request in requests
+    )
+
+
+def outcome(
+    geometry: Geometry,
+    reserved: Mapping[str, tuple[tuple[int, int], ...]],
+    requests: Sequence[tuple[str, PartitionRequest]],
+    option: CardOption = card_option,
+) -> Outcome:
+    """Where each request of one pod goes on this node, all at once, counting what is carved
+    and what is reserved; or the first that does not fit. ``option`` is
+    ``placement.card_option`` or a memo of it."""
+    views = card_views(geometry, reserved)
+    profiles = geometry.profiles()
+    taken: list[tuple[int, str, str, int, int]] = []
+    indexed = list(enumerate(requests))
+    for index, (_container, request) in _order(indexed, profiles):
+        choice = _choice(views, request, option)
+        if isinstance(choice, str) or choice is None:
+            return Outcome((), 0, 0, (NO_PROFILE if choice else NO_ROOM, index))
+        placement = choice.placement
+        taken.append((index, choice.card.pci, choice.profile.name, placement.start, placement.size))
+        used = slices_of(placement.start, placement.size)
+        views = [v if v.index != choice.card.index else _with(v, used) for v in views]
+    total = sum(v.slice_count for v in views)
+    free = total - sum(len(v.occupied) for v in views)
+    return Outcome(tuple(taken), free, total)
+
+
+def answer(found: Outcome, requests: Sequence[tuple[str, PartitionRequest]]) -> Placed | NotPlaced:
+    """The outcome told in this pod's container names and figures."""
+    if found.failed is not None:
+        kind, index = found.failed
+        container, request = requests[index]
+        if kind == NO_PROFILE:
+            return NotPlaced(f"no profile on this node covers {_want(request)}")
+        return NotPlaced(f"no free placement for {_want(request)} (container {container})")
+    return Placed(
+        tuple(
+            Assignment(requests[index][0], card, profile, start, size)
+            for index, card, profile, start, size in found.taken
+        ),
+        found.free_slices_after,
+        found.total_slices,
+    )
+
+
 def place(state: NodeState, requests: Sequence[tuple[str, PartitionRequest]]) -> Placed | NotPlaced:
     """Where each (container, request) of one pod goes on this node, all at once, counting
     what is carved and what is reserved; or why the pod does not fit here."""
     if state.geometry is None:
         return NotPlaced(state.why or "no geometry published for this node")
-    views = card_views(state.geometry, state.reserved)
-    profiles = state.geometry.profiles()
-    assignments: list[Assignment] = []
-    for container, request in _order(requests, profiles):
-        choice = _choice(views, request)
-        if isinstance(choice, str):
-            return NotPlaced(choice)
-        if choice is None:
-            return NotPlaced(f"no free placement for {_want(request)} (container {container})")
-        placement = choice.placement
-        assignments.append(
-            Assignment(
-                container, choice.card.pci, choice.profile.name, placement.start, placement.size
-            )
-        )
-        taken = slices_of(placement.start, placement.size)
-        views = [v if v.index != choice.card.index else _with(v, taken) for v in views]
-    total = sum(v.slice_count for v in views)
-    free = total - sum(len(v.occupied) for v in views)
-    return Placed(tuple(assignments), free, total)
+    return answer(outcome(state.geometry, state.reserved, requests), requests)
 
 
 def _with(view: CardView[GeoProfile], taken: frozenset[int]) -> CardView[GeoProfile]:

@@ -28,13 +28,14 @@ duration must also be ahead of the extender's wall clock: the writer's clock may
 trust, never extend it. A new extender thus trusts a Lease for at most one duration from
 first sight, and not at all when its renewTime is already older than that.
 
-Each Lease is decoded once per resourceVersion (``_GeometryCache``), outside the state's
-lock, and only its geometry is kept, not its text: a filter never decodes, and a refresh
-decodes only the Leases written since the last one.
+Each Lease is decoded once per content (``_GeometryCache``), outside the state's lock, and
+only its geometry is kept, not its text: a filter never decodes, and a refresh decodes only
+the Leases whose geometry changed since the last one (a renewal keeps the geometry object).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -42,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ..config import BOUNDS
-from ..geometry import Geometry, GeometryError, decode
+from ..geometry import MAX_TEXT, Geometry, GeometryError, decode
 from ..reservation import Reservation, ReservationError, Reserved
 from ..reservation import decode as decode_reservation
 from ..vocabulary import GEOMETRY_ANNOTATION, RESERVATION_ANNOTATION
@@ -146,31 +147,45 @@ def _decoded(lease: LeaseInfo) -> tuple[Geometry | None, str]:
 
 
 class _GeometryCache:
-    """Each node's Lease decoded once per resourceVersion (a version names one content of
-    the object), for the refresh and for bind's fresh reads alike. Thread-safe; the decode
-    itself runs outside the lock."""
+    """Each node's Lease decoded once per content, for the refresh and for bind's fresh reads
+    alike: a new resourceVersion whose text is the one decoded before (a renewal) keeps that
+    geometry object, so what is remembered of it (``place_memo``) stays valid. Only a digest of
+    the text is kept. Thread-safe; the decode itself runs outside the lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_node: dict[str, tuple[str, Geometry | None, str]] = {}
+        # node -> (resourceVersion, digest of the text, geometry, error)
+        self._by_node: dict[str, tuple[str, bytes, Geometry | None, str]] = {}
 
     def __call__(self, lease: LeaseInfo) -> tuple[Geometry | None, str]:
         with self._lock:
             known = self._by_node.get(lease.name)
         if known is not None and lease.version and known[0] == lease.version:
-            return known[1], known[2]
-        geometry, error = _decoded(lease)
-        if error:
-            log.warning("geometry_unreadable", extra={"node": lease.name, "why": error})
+            return known[2], known[3]
+        digest = _digest(lease.text)
+        if known is not None and digest and known[1] == digest:
+            geometry, error = known[2], known[3]
+        else:
+            geometry, error = _decoded(lease)
+            if error:
+                log.warning("geometry_unreadable", extra={"node": lease.name, "why": error})
         if lease.version:  # without one nothing tells a rewrite: decoded each time
             with self._lock:
-                self._by_node[lease.name] = (lease.version, geometry, error)
+                self._by_node[lease.name] = (lease.version, digest, geometry, error)
         return geometry, error
 
     def keep(self, names: set[str]) -> None:
         """Forget the nodes whose Lease is no longer listed."""
         with self._lock:
             self._by_node = {n: v for n, v in self._by_node.items() if n in names}
+
+
+def _digest(text: object) -> bytes:
+    """A digest of the geometry text; b"" (never matched) when it is not text or longer than
+    any geometry, which the decoder then refuses at once."""
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        return b""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _carved(geometry: Geometry, reserved: Reserved, uid: str) -> bool:

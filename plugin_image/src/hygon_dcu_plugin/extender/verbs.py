@@ -8,13 +8,15 @@ every node with the webhook's own message; containers without a partition are ig
 Bind serves only pods that name this extender's scheduler (``--scheduler-name``).
 
 Filter and prioritize place the pod on each node's current view (``decide.place``), counting
-every reservation but the pod's own. Bind, under the node's lock: read the pod (fresh
-resourceVersion), reuse its reservation if this is a retried bind of the same node, else read
-the node's Lease, place, write the reservation on the pod with that resourceVersion (a pod
-changed meanwhile is refused) and enter it in the table; then, outside the node's lock,
-create the Binding. A Binding the API server refuses removes the entry; one whose outcome is
-unknown (timeout, connection lost) keeps it, since the pod may be bound: the state's release
-rules clean it up.
+every reservation but the pod's own; a node's outcome for a pod's shape is kept while the node
+does not change (``place_memo``), so filter, prioritize and bind place a pod on a node once.
+
+Bind, under the node's lock: read the pod (fresh resourceVersion), reuse its reservation if this
+is a retried bind of the same node, else read the node's Lease, place, write the reservation on
+the pod with that resourceVersion (a pod changed meanwhile is refused) and enter it in the
+table; then, outside the node's lock, create the Binding. A Binding the API server refuses
+removes the entry; one whose outcome is unknown (timeout, connection lost) keeps it, since the
+pod may be bound: the state's release rules clean it up.
 
 A pod is bound once, to the node its reservation names. Its binds run one at a time (its own
 lock, held from the first read to the Binding's answer), so a retry the scheduler sends after
@@ -43,9 +45,10 @@ from ..shown import shorten
 from ..vocabulary import RESERVATION_ANNOTATION, SCHEDULER_NAME
 from ..webhook.review import KEPT_VIOLATIONS, Decision
 from ..webhook.rules import find_violations
-from .decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, place, score
+from .decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, score
 from .kube import BindingRefused, ExtenderApi, KubeApiError, PodChanged, PodInfo
 from .node_locks import NamedLocks
+from .place_memo import PlaceMemo
 from .state import NO_GEOMETRY, ExtenderState, Held
 from .wire import BindingArgs, ExtenderArgs, binding_result, filter_result, priority_list
 
@@ -144,6 +147,7 @@ class Extender:
         self._unsettled_lock = threading.Lock()
         # pod uid -> (node, until): its last Binding's outcome is unknown until then
         self._unsettled: dict[str, tuple[str, float]] = {}
+        self.places = PlaceMemo()
 
     @property
     def ready(self) -> bool:
@@ -159,7 +163,7 @@ class Extender:
         passed: list[str] = []
         failed: dict[str, str] = {}
         for view in self.state.node_states(args.node_names, args.pod.uid):
-            placed = place(view, verdict)
+            placed = self.places.place(view, verdict)
             if isinstance(placed, NotPlaced):
                 failed[view.name] = placed.why
             else:
@@ -172,7 +176,7 @@ class Extender:
             return priority_list(dict.fromkeys(args.node_names, 0))
         scores: dict[str, int] = {}
         for view in self.state.node_states(args.node_names, args.pod.uid):
-            placed = place(view, verdict)
+            placed = self.places.place(view, verdict)
             scores[view.name] = 0 if isinstance(placed, NotPlaced) else score(placed, self.policy)
         return priority_list(scores)
 
@@ -317,7 +321,7 @@ class Extender:
             view = NodeState(node, None, NO_GEOMETRY)
         else:
             view = self.state.node_state(node, pod.ref.uid, lease=lease)
-        placed = place(view, verdict)
+        placed = self.places.place(view, verdict)
         if isinstance(placed, NotPlaced):
             return BindAnswer(BindOutcome.NO_FIT, f"node {node} cannot place the pod: {placed.why}")
         reservation = Reservation(

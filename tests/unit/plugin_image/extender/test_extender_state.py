@@ -296,7 +296,7 @@ def test_a_pod_written_since_the_list_keeps_its_label(
     assert RESERVED_LABEL in cluster.pod("rebound")["metadata"]["labels"]
 
 
-# the largest Leases: each decoded once, and no larger one read -----------------------------
+# the largest Leases: each content decoded once, and no larger one read ----------------------
 def test_filters_refreshes_and_a_bind_decode_each_largest_legal_lease_once(
     tmp_path: Path, authority: Authority, cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,9 +323,17 @@ def test_filters_refreshes_and_a_bind_decode_each_largest_legal_lease_once(
             running.state.refresh()
         assert running.bind(pod, "node-free") == ""  # bind reads the node's Lease afresh
         assert len(decoded) == len(nodes)  # nothing was written: nothing decoded again
-        cluster.put_lease("node-1", largest_legal(1), renewed=T0)  # a new resourceVersion
+        # A renewal (a new resourceVersion, the same geometry) is not decoded again, and the
+        # node keeps its geometry object; a new geometry is decoded.
+        kept = running.state.node_state("node-1").geometry
+        cluster.put_lease("node-1", largest_legal(1), renewed=T0 + 1)
+        running.state.refresh()
+        assert len(decoded) == len(nodes)
+        assert running.state.node_state("node-1").geometry is kept
+        cluster.put_lease("node-1", largest_legal(1, carved=False), renewed=T0 + 2)
         running.state.refresh()
         assert len(decoded) == len(nodes) + 1
+        assert running.state.node_state("node-1").geometry != kept
 
 
 def test_a_lease_over_the_bound_is_refused_with_its_size(
