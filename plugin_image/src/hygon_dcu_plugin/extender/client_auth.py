@@ -2,8 +2,9 @@
 only kube-scheduler (its extender ``tlsConfig`` ``certFile``/``keyFile``) can ask it to bind.
 
 It is the webhook's certificate reloader (``webhook.tls``) with the CA added to each context it
-loads. The CA file is read when the serving certificate or key changes (that is when contexts
-are loaded); a new CA alone is picked up at the next certificate rotation or restart.
+loads, and the CA file among the files it compares on every handshake: a new client CA (the
+role renews it with the client certificate, keeping the previous CA in the file for a while)
+is trusted from the next handshake on, whether or not the serving certificate changed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class ClientVerifyingReloader(CertificateReloader):
     ) -> None:
         self.client_ca_path = client_ca_path  # read by _load, which the base calls at once
         super().__init__(cert_path, key_path, on_reload)
+
+    def _paths(self) -> tuple[str, ...]:
+        return self.cert_path, self.key_path, self.client_ca_path
 
     def _load(self) -> ssl.SSLContext:
         context = super()._load()

@@ -11,6 +11,7 @@ import argparse
 import logging
 import math
 import os
+import threading
 
 from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.config import kube_name_problem
@@ -27,7 +28,7 @@ from .client_auth import ClientVerifyingReloader
 from .decide import BINPACK, NODE_POLICIES
 from .kube import KubernetesExtenderApi
 from .metrics import ExtenderMetrics
-from .server import DEFAULT_CERT, DEFAULT_KEY, VERB_PATHS, make_server
+from .server import DEFAULT_CERT, DEFAULT_KEY, VERB_PATHS, make_probe_server, make_server
 from .state import DEFAULT_REFRESH_SECONDS, DEFAULT_RESERVATION_SECONDS, ExtenderState
 from .verbs import Extender
 
@@ -90,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         "extender tlsConfig certFile/keyFile); any client otherwise",
     )
     parser.add_argument(
+        "--probe-port",
+        type=int,
+        default=None,
+        help="also serve GET /healthz alone on this port, with no client certificate asked "
+        "(the kubelet's probes present none); off by default",
+    )
+    parser.add_argument(
         "--scheduler-name",
         default=SCHEDULER_NAME,
         help="bind only pods whose spec.schedulerName is this (the second scheduler's profile)",
@@ -140,6 +148,12 @@ def check(options: argparse.Namespace) -> None:
         )
     if not 0 <= options.port <= 65535:
         raise UsageError(f"--port {options.port} is not a port number")
+    if options.probe_port is not None and (
+        not 0 <= options.probe_port <= 65535 or options.probe_port == options.port != 0
+    ):
+        raise UsageError(
+            f"--probe-port {options.probe_port} is not a port number other than --port's"
+        )
     problem = kube_name_problem(options.scheduler_name, subdomain=True)
     if problem:
         raise UsageError(f"--scheduler-name {options.scheduler_name[:80]!r} {problem}")
@@ -202,6 +216,16 @@ def main(argv: list[str]) -> int:
             extender,
             max_connections=options.max_connections,
         )
+        probe = (
+            None
+            if options.probe_port is None
+            else make_probe_server(
+                options.address,
+                options.probe_port,
+                CertificateReloader(options.cert_file, options.key_file),
+                server,
+            )
+        )
     except CertificateError as error:
         log.error("startup_failed", extra={"error": str(error)})
         return 2
@@ -214,6 +238,8 @@ def main(argv: list[str]) -> int:
 
     stop_on_signals(server, options.shutdown_delay_seconds)
     state.start()
+    if probe is not None:
+        threading.Thread(target=probe.serve_forever, name="probes", daemon=True).start()
     host, port = server.server_address[:2]
     log.info(
         "listening",
@@ -225,6 +251,7 @@ def main(argv: list[str]) -> int:
             "policy": options.policy,
             "scheduler": options.scheduler_name,
             "client_certificates": "required" if options.client_ca_file else "not required",
+            "probe_port": None if probe is None else int(probe.server_address[1]),
         },
     )
     try:
@@ -232,5 +259,8 @@ def main(argv: list[str]) -> int:
     finally:
         state.stop()
         server.server_close()
+        if probe is not None:
+            probe.shutdown()
+            probe.server_close()
     log.info("stopped")
     return 0

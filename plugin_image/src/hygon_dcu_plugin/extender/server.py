@@ -1,5 +1,6 @@
 """The extender's HTTPS server: ``POST /filter``, ``/prioritize``, ``/bind``, ``GET /healthz``,
-``GET /metrics`` (docs/dev/extender.md).
+``GET /metrics`` (docs/dev/extender.md); and the probes' server, ``GET /healthz`` alone, for
+when the first requires a client certificate.
 
 It is the webhook's server (``webhook.server``): the same TLS handshake in the connection's
 thread with the certificate current at that moment, the same bounds on connections, request
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CERT = "/etc/hygon-dcu-extender/tls/tls.crt"
 DEFAULT_KEY = "/etc/hygon-dcu-extender/tls/tls.key"
 VERB_PATHS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+# The kubelet's readiness and liveness probes, one connection each at a time, and spares.
+PROBE_CONNECTIONS = 8
 
 
 class ExtenderServer(AdmissionServer):
@@ -62,6 +66,15 @@ class ExtenderServer(AdmissionServer):
 
     def handler(self) -> type[AdmissionHandler]:
         return ExtenderHandler
+
+
+class ProbeServer(ExtenderServer):
+    """``GET /healthz`` alone, with no client certificate asked: the kubelet's probes present
+    none, while the verbs' port may require one (``--client-ca-file``). It answers what the
+    verbs' server would, failing with it while draining (``draining`` is that server's)."""
+
+    def handler(self) -> type[AdmissionHandler]:
+        return ProbeHandler
 
 
 class ExtenderHandler(AdmissionHandler):
@@ -136,6 +149,29 @@ class ExtenderHandler(AdmissionHandler):
         self._send(HTTPStatus.OK, json.dumps(payload).encode(), "application/json")
 
 
+class ProbeHandler(ExtenderHandler):
+    post_paths: Mapping[str, str] = {}
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path != "/healthz":
+            self._error(
+                HTTPStatus.NOT_FOUND, "not-found", f"this port serves /healthz only, not {path}"
+            )
+            return
+        status, text = self._health()
+        self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
+
+    def do_HEAD(self) -> None:
+        path = self.path.split("?", 1)[0]
+        self.send_response(self._health()[0] if path == "/healthz" else HTTPStatus.NOT_FOUND)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        self._error(HTTPStatus.NOT_FOUND, "not-found", "this port serves GET /healthz only")
+
+
 def make_server(
     address: str,
     port: int,
@@ -146,3 +182,22 @@ def make_server(
 ) -> ExtenderServer:
     """Bind the server (port 0 picks a free one); the caller runs ``serve_forever``."""
     return ExtenderServer((address, port), certificates, metrics, extender, **settings)
+
+
+def make_probe_server(
+    address: str,
+    port: int,
+    certificates: CertificateReloader,
+    serving: ExtenderServer,
+) -> ProbeServer:
+    """The probes' server beside ``serving`` (port 0 picks a free one): its certificate without
+    a client CA, its state, its metrics, its draining; a few connections (the kubelet's)."""
+    probe = ProbeServer(
+        (address, port),
+        certificates,
+        serving.metrics,
+        serving.extender,
+        max_connections=PROBE_CONNECTIONS,
+    )
+    probe.draining = serving.draining
+    return probe

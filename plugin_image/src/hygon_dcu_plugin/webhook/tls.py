@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
-_Contents = tuple[bytes, bytes]
+_Contents = tuple[bytes, ...]
 # PEM files this large are not a certificate and key; refuse rather than read them.
 _MAX_FILE = 1024 * 1024
 
@@ -71,9 +71,13 @@ class CertificateReloader:
             self._on_reload(True)
         return context
 
+    def _paths(self) -> tuple[str, ...]:
+        """The files whose bytes the context is made of: a change to any reloads it."""
+        return self.cert_path, self.key_path
+
     def _read_files(self) -> _Contents:
         contents = []
-        for path in (self.cert_path, self.key_path):
+        for path in self._paths():
             try:
                 with open(path, "rb") as file:
                     data = file.read(_MAX_FILE + 1)
@@ -82,7 +86,7 @@ class CertificateReloader:
             if len(data) > _MAX_FILE:
                 raise CertificateError(f"{path} is larger than {_MAX_FILE} bytes")
             contents.append(data)
-        return contents[0], contents[1]
+        return tuple(contents)
 
     def _load(self) -> ssl.SSLContext:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import threading
@@ -18,10 +19,10 @@ from hygon_dcu_plugin.cli import parser
 from hygon_dcu_plugin.extender.main import main
 from hygon_dcu_plugin.reservation import decode
 from hygon_dcu_plugin.vocabulary import RESERVATION_ANNOTATION
-from webhook_support import Authority
+from webhook_support import Authority, make_authority
 
 from .fake_cluster import NAMESPACE, FakeCluster
-from .support import Client, Geometries, occupy, profile_limits, text
+from .support import Client, Geometries, client_certificate, occupy, profile_limits, text
 
 REPO = Path(__file__).resolve().parents[4]
 
@@ -144,6 +145,59 @@ def test_the_process_serves_refreshes_binds_and_stops_on_sigterm(
     (bound,) = [e for e in events if e["msg"] == "bind"]
     assert (bound["pod"], bound["node"], bound["outcome"]) == ("train", "node-a", "bound")
     assert events[-1]["msg"] == "stopped"
+
+
+def test_with_client_certificates_required_the_probes_have_their_own_port(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
+) -> None:
+    client_ca = make_authority("scheduler client CA")
+    (tmp_path / "client-ca.crt").write_bytes(client_ca.pem)
+    (tmp_path / "scheduler").mkdir()
+    scheduler_certificate = client_certificate(client_ca, tmp_path / "scheduler")
+    cluster.put_lease("node-a", text(geometries.empty()), renewed=time.time())
+    pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
+    process = Process(
+        tmp_path,
+        authority,
+        cluster,
+        "--client-ca-file",
+        str(tmp_path / "client-ca.crt"),
+        "--probe-port",
+        "0",
+        "--refresh-seconds",
+        "0.2",
+        "--shutdown-delay-seconds",
+        "600",
+    )
+    draining = False
+    try:
+        listening = process.next_event("listening")
+        assert listening["client_certificates"] == "required"
+        probes = Client(listening["probe_port"], authority.pem)  # no certificate, as the kubelet
+        deadline = time.monotonic() + 30
+        while probes.request("GET", "/healthz")[0] != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert probes.request("GET", "/healthz") == (200, b"ok\n")
+        # The probes' port serves nothing else.
+        for method, path in (("GET", "/metrics"), ("POST", "/filter"), ("POST", "/bind")):
+            body = b"{}" if method == "POST" else None
+            assert probes.request(method, path, body)[0] == 404
+        # The verbs' port: refused at the handshake without the scheduler's certificate.
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            Client(listening["port"], authority.pem).request("GET", "/healthz")
+        scheduler = Client(listening["port"], authority.pem, certificate=scheduler_certificate)
+        assert scheduler.filter(pod, ["node-a"])["nodenames"] == ["node-a"]
+        process.popen.send_signal(signal.SIGTERM)
+        draining = True
+        process.next_event("stopping")
+        assert probes.request("GET", "/healthz") == (503, b"shutting down\n")
+    finally:
+        if draining:
+            process.popen.send_signal(signal.SIGTERM)
+        else:
+            process.popen.kill()
+        process.popen.communicate(timeout=60)
+    assert process.popen.returncode == 0
 
 
 def test_a_retry_to_another_node_while_the_first_bind_runs_leaves_the_pod_bound_once(

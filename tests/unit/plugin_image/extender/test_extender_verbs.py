@@ -705,3 +705,28 @@ def test_with_a_client_ca_only_a_client_certificate_it_signed_is_served(
             with pytest.raises((ssl.SSLError, ConnectionError)):
                 stranger.request("GET", "/healthz")
         assert scheduler.metric("hygon_dcu_extender_tls_handshake_failures_total") == 2
+
+
+def test_a_new_client_ca_is_trusted_from_the_next_handshake(
+    tmp_path: Path, authority: Authority, cluster: FakeCluster
+) -> None:
+    # The role renews the client CA and certificate together, apart from the serving
+    # certificate: the extender must not wait for its own certificate to change.
+    old_ca, new_ca = make_authority("client CA 1"), make_authority("client CA 2")
+    (tmp_path / "client-ca.crt").write_bytes(old_ca.pem)
+    for name in ("old", "new"):
+        (tmp_path / name).mkdir()
+    old = client_certificate(old_ca, tmp_path / "old")
+    new = client_certificate(new_ca, tmp_path / "new")
+    with serving(tmp_path, authority, cluster, client_ca=tmp_path / "client-ca.crt") as running:
+        assert Client(running.port, authority.pem, certificate=old).request("GET", "/healthz")[0]
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            Client(running.port, authority.pem, certificate=new).request("GET", "/healthz")
+        # Renewed: the new CA, with the previous one kept beside it for a while.
+        (tmp_path / "client-ca.crt").write_bytes(new_ca.pem + old_ca.pem)
+        for certificate in (new, old):
+            client = Client(running.port, authority.pem, certificate=certificate)
+            assert client.request("GET", "/healthz") == (200, b"ok\n")
+        (tmp_path / "client-ca.crt").write_bytes(new_ca.pem)  # the previous CA dropped
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            Client(running.port, authority.pem, certificate=old).request("GET", "/healthz")
