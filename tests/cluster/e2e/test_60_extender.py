@@ -9,6 +9,8 @@ role deploys (the tier's own kube-scheduler build, as an image; docs/extender.md
   binpack, spread, and a memory size landing on each card model's smallest covering profile.
 - 32 pods at once never reserve one slice twice.
 - The webhook refuses at creation a size no published profile covers.
+- Only the scheduler beside it, with the client certificate the role made, can call the
+  extender; the kubelet's probes have a port of their own.
 
 Starts from any earlier module's state; enables partitioning itself. Leaves: partition mode on,
 the plugin Ready, the extender and the second scheduler deployed, no pod and no API-only node.
@@ -16,10 +18,14 @@ the plugin Ready, the extender and the second scheduler deployed, no pod and no 
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import ssl
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -417,3 +423,54 @@ def test_32_pods_at_once_never_share_a_slice(kube: Kube) -> None:
     assert len(slices) == 24
     delete_labelled_pods(kube, LABEL)
     remove_fake_nodes(kube)
+
+
+# --- 4. who may call the extender ---------------------------------------------------------------
+
+
+def _secret_files(kube: Kube, name: str, directory: Path) -> dict[str, Path]:
+    """The Secret's keys written as files in ``directory``."""
+    data = kube.json("get", "secret", name, "-n", NAMESPACE)["data"]
+    files = {}
+    for key, value in data.items():
+        files[key] = directory / f"{name}-{key}"
+        files[key].write_bytes(base64.b64decode(value))
+    return files
+
+
+def _get(address: str, port: int, path: str, context: ssl.SSLContext) -> int:
+    """GET over TLS to the pod's address, verifying the name the extender's certificate
+    carries; the HTTP status."""
+    connection = http.client.HTTPSConnection(address, port, context=context, timeout=10)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_only_the_scheduler_beside_it_can_call_the_extender(kube: Kube, tmp_path: Path) -> None:
+    # Everything above was bound through the extender by the second scheduler with the client
+    # certificate the role made; any other client on the pod network is refused at the
+    # handshake, and the kubelet's probes have a port serving /healthz alone.
+    (pod,) = kube.json(
+        "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={SCHEDULER_NAME}"
+    )["items"]
+    address = pod["status"]["podIP"]
+    (extender,) = [c for c in pod["spec"]["containers"] if c["name"] == "extender"]
+    ports = {p["name"]: p["containerPort"] for p in extender["ports"]}
+    serving = _secret_files(kube, "hygon-dcu-extender-tls", tmp_path)
+    client = _secret_files(kube, "hygon-dcu-extender-client", tmp_path)
+
+    def context(certificate: bool) -> ssl.SSLContext:
+        made = ssl.create_default_context(cafile=str(serving["ca.crt"]))
+        made.check_hostname = False  # the pod's address; the chain is still verified
+        if certificate:
+            made.load_cert_chain(str(client["tls.crt"]), str(client["tls.key"]))
+        return made
+
+    assert _get(address, ports["extender"], "/healthz", context(certificate=True)) == 200
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _get(address, ports["extender"], "/healthz", context(certificate=False))
+    assert _get(address, ports["probes"], "/healthz", context(certificate=False)) == 200
+    assert _get(address, ports["probes"], "/metrics", context(certificate=False)) == 404

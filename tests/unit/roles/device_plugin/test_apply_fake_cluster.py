@@ -267,10 +267,24 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
     api_extender: FakeApiServer, extender_render: RoleRun, tmp_path: Path
 ) -> None:
     api = api_extender
+    # An earlier version's Service, which let schedulers outside the pod call the extender.
+    api.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "hygon-dcu-extender",
+                "namespace": "hygon-dcu-system",
+                "resourceVersion": "1",
+            },
+            "spec": {"ports": [{"port": 443, "targetPort": "extender"}]},
+        }
+    )
     installed = _cluster_run(api, tmp_path, **EXTENDER_ON)
     assert installed.returncode == 0, installed.output
     rendered = [_key(obj) for obj in extender_render.objects()]
-    assert _extenders(api.objects) == _extenders(rendered)
+    assert _extenders(api.objects) == _extenders(rendered)  # the Service is gone
+    assert "delete Service/hygon-dcu-extender" in api.events
     # the pod last, once what it mounts and is granted exists, and waited for
     assert api.events.index("apply Deployment/hygon-dcu-scheduler") > max(
         api.events.index(f"apply {kind}/{name}")

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import socket
+import ssl
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import yaml
 from cryptography import x509
 from hygon_dcu_plugin import vocabulary
 from hygon_dcu_plugin.extender import main as extender_main
+from hygon_dcu_plugin.extender.client_auth import ClientVerifyingReloader
 
 from .certificates import make_certificate
 from .conftest import EXTENDER_ON, SCHEDULER_IMAGE
@@ -141,6 +145,7 @@ def test_extender_and_scheduler_after_everything_else(
     ours = [(obj["kind"], obj["metadata"]["name"]) for obj in objects[len(others) :]]
     assert ours == [
         ("Secret", f"{EXTENDER}-tls"),
+        ("Secret", f"{EXTENDER}-client"),
         ("ServiceAccount", SCHEDULER),
         ("ClusterRole", EXTENDER),
         ("ClusterRoleBinding", EXTENDER),
@@ -152,7 +157,7 @@ def test_extender_and_scheduler_after_everything_else(
         ("Role", SCHEDULER),
         ("RoleBinding", SCHEDULER),
         ("ConfigMap", SCHEDULER),
-        ("Service", EXTENDER),
+        # no Service: only the scheduler in the same pod calls the extender
         # last: what it mounts and is granted exists when its pod starts
         ("Deployment", SCHEDULER),
     ]
@@ -193,7 +198,7 @@ def test_scheduler_configuration_is_v1beta1_with_the_products_names(
             {"name": vocabulary.COMPUTE_UNITS, "ignoredByScheduler": True},
         ],
     }
-    assert sorted(tls) == ["caData", "serverName"]
+    assert sorted(tls) == ["caData", "certFile", "keyFile", "serverName"]
 
 
 def test_the_schema_check_finds_a_misspelt_field(extender_render: RoleRun) -> None:
@@ -224,22 +229,98 @@ def test_scheduler_trusts_the_extenders_certificate(extender_render: RoleRun) ->
     (ca,) = x509.load_pem_x509_certificates(trusted)
     cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
     cert.verify_directly_issued_by(ca)
-    # verified under the Service's name, the one a default scheduler outside the pod uses
+    # verified under the name its certificate carries
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert extender["tlsConfig"]["serverName"] == EXTENDER_DNS
     assert EXTENDER_DNS in names.get_values_for_type(x509.DNSName)
-    service = extender_render.find("Service", EXTENDER)
-    (port,) = service["spec"]["ports"]
-    assert f"{service['metadata']['name']}.{NAMESPACE}.svc" == EXTENDER_DNS
-    assert port["port"] == 443
-    # the URL in the pod and the Service both reach the extender's port
-    deployment = extender_render.find("Deployment", SCHEDULER)
-    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    # the URL in the pod reaches the extender's port
     container = _container(extender_render, "extender")
-    (named,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    (named,) = [p for p in container["ports"] if p["name"] == "extender"]
     options = extender_main.build_parser().parse_args(container["args"])
     assert named["containerPort"] == options.port
     assert extender["urlPrefix"] == f"https://127.0.0.1:{options.port}"
+
+
+def _mounted(run: RoleRun, container: str, directory: str) -> dict[str, Any]:
+    """The volume mounted at ``directory`` in the container."""
+    spec = _pod_spec(run, SCHEDULER)
+    (mount,) = [
+        m for m in _container(run, container)["volumeMounts"] if m["mountPath"] == directory
+    ]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    return volume
+
+
+def test_only_the_scheduler_beside_it_can_call_the_extender(
+    extender_render: RoleRun, tmp_path: Path
+) -> None:
+    (extender,) = _config(extender_render)["extenders"]
+    tls = extender["tlsConfig"]
+    options = extender_main.build_parser().parse_args(
+        _container(extender_render, "extender")["args"]
+    )
+    secret = extender_render.find("Secret", f"{EXTENDER}-client")
+    assert secret["type"] == "kubernetes.io/tls"
+    # The scheduler mounts the client certificate and key, the extender the client CA alone.
+    client = _mounted(extender_render, "kube-scheduler", str(Path(tls["certFile"]).parent))
+    assert Path(tls["keyFile"]).parent == Path(tls["certFile"]).parent
+    assert client["secret"]["secretName"] == secret["metadata"]["name"]
+    assert {i["key"]: i["path"] for i in client["secret"]["items"]} == {
+        "tls.crt": Path(tls["certFile"]).name,
+        "tls.key": Path(tls["keyFile"]).name,
+    }
+    authority = _mounted(extender_render, "extender", str(Path(options.client_ca_file).parent))
+    assert authority["secret"]["secretName"] == secret["metadata"]["name"]
+    assert authority["secret"]["items"] == [
+        {"key": "ca.crt", "path": Path(options.client_ca_file).name}
+    ]
+    # A real handshake with what was rendered: the extender's own reloader requiring the
+    # client CA, the scheduler's certificate and trust; a client without it is refused.
+    files = {}
+    for name, data in (
+        ("tls.crt", extender_render.find("Secret", f"{EXTENDER}-tls")["data"]["tls.crt"]),
+        ("tls.key", extender_render.find("Secret", f"{EXTENDER}-tls")["data"]["tls.key"]),
+        ("client-ca.crt", secret["data"]["ca.crt"]),
+        ("client.crt", secret["data"]["tls.crt"]),
+        ("client.key", secret["data"]["tls.key"]),
+    ):
+        files[name] = tmp_path / name
+        files[name].write_bytes(base64.b64decode(data))
+    server = ClientVerifyingReloader(
+        str(files["tls.crt"]), str(files["tls.key"]), str(files["client-ca.crt"])
+    ).context()
+    trusted = base64.b64decode(tls["caData"]).decode()
+    scheduler = ssl.create_default_context(cadata=trusted)
+    scheduler.load_cert_chain(str(files["client.crt"]), str(files["client.key"]))
+    assert _handshake(server, scheduler, tls["serverName"]) == ""
+    stranger = ssl.create_default_context(cadata=trusted)
+    assert "certificate" in _handshake(server, stranger, tls["serverName"])
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, name: str) -> str:
+    """Handshake and one byte each way over a socket pair: "" or the server's error."""
+    ours, theirs = socket.socketpair()
+    errors: list[str] = []
+
+    def serve() -> None:
+        try:
+            with server.wrap_socket(ours, server_side=True) as tls_socket:
+                tls_socket.sendall(b"x")
+                tls_socket.recv(1)
+        except (ssl.SSLError, OSError) as error:
+            errors.append(str(error))
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with client.wrap_socket(theirs, server_hostname=name) as tls_socket:
+            tls_socket.recv(1)
+            tls_socket.sendall(b"y")
+    except (ssl.SSLError, OSError):
+        pass
+    thread.join(10)
+    return errors[0] if errors else ""
 
 
 def test_webhook_and_extender_have_certificates_of_their_own(extender_render: RoleRun) -> None:
@@ -287,15 +368,20 @@ def test_extender_runs_with_its_own_flags(extender_render: RoleRun) -> None:
     (variable,) = [env for env in container["env"] if env["name"] == "POD_NAMESPACE"]
     assert variable["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     # the certificate files are those of the Secret's volume
-    (mount,) = container["volumeMounts"]
-    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    directory = str(Path(options.cert_file).parent)
+    volume = _mounted(extender_render, "extender", directory)
     assert volume["secret"]["secretName"] == f"{EXTENDER}-tls"
-    assert options.cert_file == f"{mount['mountPath']}/tls.crt"
-    assert options.key_file == f"{mount['mountPath']}/tls.key"
+    assert options.cert_file == f"{directory}/tls.crt"
+    assert options.key_file == f"{directory}/tls.key"
+    assert len(container["volumeMounts"]) == 2  # and the client CA (test above)
+    assert spec["serviceAccountName"] == SCHEDULER
+    # the probes go to the port that asks no client certificate
+    (probes,) = [p for p in container["ports"] if p["containerPort"] == options.probe_port]
+    assert options.client_ca_file and options.probe_port != options.port
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {
             "path": "/healthz",
-            "port": "extender",
+            "port": probes["name"],
             "scheme": "HTTPS",
         }
 
@@ -307,7 +393,7 @@ def test_scheduler_runs_the_sites_image_with_the_configmap(extender_render: Role
     assert container["image"] == SCHEDULER_IMAGE
     configmap = extender_render.find("ConfigMap", SCHEDULER)
     ((key, text),) = configmap["data"].items()
-    (mount,) = container["volumeMounts"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "config"]
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
     assert volume["configMap"]["name"] == SCHEDULER
     assert container["command"] == ["kube-scheduler", f"--config={mount['mountPath']}/{key}"]
@@ -319,10 +405,12 @@ def test_scheduler_runs_the_sites_image_with_the_configmap(extender_render: Role
         "port": port["name"],
         "scheme": "HTTPS",
     }
-    # a new configuration rolls the pod: kube-scheduler reads it once
+    # a new configuration or client certificate rolls the pod: kube-scheduler reads both once
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    client = extender_render.find("Secret", f"{EXTENDER}-client")["data"]["tls.crt"]
     assert (
-        annotations[vocabulary.CONFIG_HASH_ANNOTATION] == hashlib.sha256(text.encode()).hexdigest()
+        annotations[vocabulary.CONFIG_HASH_ANNOTATION]
+        == hashlib.sha256((text + client).encode()).hexdigest()
     )
 
 
@@ -450,4 +538,5 @@ def test_absent_removes_the_scheduler_and_the_extender_first(render_dir: Path) -
         for obj in run_role(render_dir.with_name("applied"), **EXTENDER_ON).objects()
         if _ours(obj)
     }
-    assert applied == set(ours)
+    # and the Service an earlier version made (a present run removes it too)
+    assert set(ours) - applied == {("Service", NAMESPACE, EXTENDER)}
