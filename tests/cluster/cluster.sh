@@ -4,6 +4,7 @@
 #
 #   tests/cluster/cluster.sh build | images | up | down | check-clean | load-image TAG | run CMD...
 #                            | restart-kubelet | kill-kubelet | start-kubelet | kill-containers
+#                            | restart-scheduler [EXTRA_CONFIG]
 # shellcheck source-path=SCRIPTDIR
 set -Eeuo pipefail
 
@@ -135,6 +136,15 @@ main() {
         start-kubelet) step start-kubelet start_kubelet_ready ;;
         kill-containers) kill_containers ;;
         esac
+        ;;
+    restart-scheduler)
+        # The tier's kube-scheduler again, with EXTRA_CONFIG appended to its configuration (as
+        # HYGON_DCU_SCHEDULER_CONFIG at `up`), or without any when none is given.
+        (($# <= 1)) || usage
+        require_root
+        require_up
+        SCHEDULER_EXTRA_CONFIG="${1:-}"
+        step restart-scheduler restart_scheduler
         ;;
     *) usage ;;
     esac

@@ -96,6 +96,11 @@ start_scheduler() {
         curl -sf --max-time 2 "http://127.0.0.1:$SCHEDULER_HEALTHZ_PORT/healthz"
 }
 
+restart_scheduler() {
+    stop_daemon kube-scheduler
+    start_scheduler
+}
+
 write_containerd_config() {
     mkdir -p "$CONTAINERD_DIR"
     cat >"$CONTAINERD_DIR/config.toml" <<TOML

@@ -22,6 +22,11 @@ EXTENDER_ON: dict[str, Any] = {
     "hygon_dcu_device_plugin_extender_enabled": True,
     "hygon_dcu_device_plugin_scheduler_image": SCHEDULER_IMAGE,
 }
+# The extender alone, for the site's default scheduler (no scheduler image).
+ALONE: dict[str, Any] = {
+    "hygon_dcu_device_plugin_extender_enabled": True,
+    "hygon_dcu_device_plugin_extender_mode": "default_scheduler",
+}
 
 
 @pytest.fixture(scope="session")

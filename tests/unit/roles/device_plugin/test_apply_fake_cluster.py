@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import EXTENDER_ON
+from .conftest import ALONE, EXTENDER_ON
 from .fake_apiserver_ssa import APPLY_PATCH, FakeApiServer, running, without_server_fields
 from .render import RoleRun, run_role
 
@@ -301,6 +301,22 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
     assert api.events[events:] == []
     assert {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()} == before
 
+    # for the default scheduler instead: the second scheduler's pod and what only it used go
+    # before the extender alone starts (never two extenders, each with its own reservations)
+    events = len(api.events)
+    switched = _cluster_run(api, tmp_path, **ALONE)
+    assert switched.returncode == 0, switched.output
+    after = api.events[events:]
+    assert after.index("delete Deployment/hygon-dcu-scheduler") < after.index(
+        "apply Deployment/hygon-dcu-extender"
+    )
+    alone = _extenders(api.objects)
+    assert not [key for key in alone if key[2].startswith("hygon-dcu-scheduler")]
+    assert ("Service", "hygon-dcu-system", "hygon-dcu-extender") in alone
+    again = _cluster_run(api, tmp_path, **ALONE)
+    assert again.returncode == 0, again.output
+    assert again.changed == 0, again.output
+
     # disabled: check mode predicts the removal and deletes nothing ...
     requests = len(api.requests)
     predicted = _cluster_run(api, tmp_path, check=True)
@@ -308,18 +324,16 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
     assert predicted.changed == 1, predicted.output  # the deletion task
     writes = [r for r in api.requests[requests:] if r.method != "GET"]
     assert [r for r in writes if r.query.get("dryRun") != "All"] == []
-    assert _extenders(api.objects) == _extenders(rendered)
+    assert _extenders(api.objects) == alone
     # ... a run removes exactly the extender's objects, its pod first ...
-    others = {key: obj for key, obj in api.objects.items() if key not in _extenders(rendered)}
+    others = {key: obj for key, obj in api.objects.items() if key not in alone}
     events = len(api.events)
     disabled = _cluster_run(api, tmp_path)
     assert disabled.returncode == 0, disabled.output
     assert disabled.changed == predicted.changed, disabled.output
     deleted = api.events[events:]
-    assert deleted[0] == "delete Deployment/hygon-dcu-scheduler"
-    assert sorted(deleted) == sorted(
-        f"delete {kind}/{name}" for kind, _namespace, name in _extenders(rendered)
-    )
+    assert deleted[0] == "delete Deployment/hygon-dcu-extender"
+    assert sorted(deleted) == sorted(f"delete {kind}/{name}" for kind, _namespace, name in alone)
     assert api.objects == others
     # ... and once they are gone, a disabled run changes nothing
     again = _cluster_run(api, tmp_path)

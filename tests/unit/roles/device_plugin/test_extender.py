@@ -24,7 +24,7 @@ from hygon_dcu_plugin.extender import main as extender_main
 from hygon_dcu_plugin.extender.client_auth import ClientVerifyingReloader
 
 from .certificates import make_certificate
-from .conftest import EXTENDER_ON, SCHEDULER_IMAGE
+from .conftest import ALONE, EXTENDER_ON, SCHEDULER_IMAGE
 from .render import RoleRun, run_role
 from .schema_1_20 import fields_missing_in_1_20
 
@@ -532,11 +532,68 @@ def test_absent_removes_the_scheduler_and_the_extender_first(render_dir: Path) -
     # the pod first, so nothing it uses goes while it runs
     assert ours[0] == ("Deployment", NAMESPACE, SCHEDULER)
     assert ("RoleBinding", "kube-system", f"{SCHEDULER}-authentication-reader") in ours
-    # every object an enabled run applies is in the list
+    # every object an enabled run applies, either way, is in the list
     applied = {
         (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-        for obj in run_role(render_dir.with_name("applied"), **EXTENDER_ON).objects()
+        for inputs in (EXTENDER_ON, ALONE)
+        for obj in run_role(render_dir.with_name("applied"), **inputs).objects()
         if _ours(obj)
     }
-    # and the Service an earlier version made (a present run removes it too)
-    assert set(ours) - applied == {("Service", NAMESPACE, EXTENDER)}
+    assert applied == set(ours)
+
+
+def test_for_the_default_scheduler_the_extender_runs_alone(render_dir: Path) -> None:
+    run = run_role(render_dir, **ALONE)  # no scheduler image needed
+    assert run.returncode == 0, run.output
+    ours = [(obj["kind"], obj["metadata"]["name"]) for obj in run.objects() if _ours(obj)]
+    assert ours == [
+        ("Secret", f"{EXTENDER}-tls"),
+        ("Secret", f"{EXTENDER}-client"),
+        ("ServiceAccount", EXTENDER),
+        ("ClusterRole", EXTENDER),
+        ("ClusterRoleBinding", EXTENDER),
+        ("Role", EXTENDER),
+        ("RoleBinding", EXTENDER),
+        ("Service", EXTENDER),
+        ("Deployment", EXTENDER),
+    ]
+    # its own account, bound to the extender's RBAC and nothing of a scheduler's
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        (subject,) = run.find(kind, EXTENDER)["subjects"]
+        assert (subject["kind"], subject["name"]) == ("ServiceAccount", EXTENDER)
+    deployment = run.find("Deployment", EXTENDER)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == EXTENDER
+    (container,) = spec["containers"]
+    assert container == _container(
+        run_role(render_dir.with_name("beside"), **EXTENDER_ON), "extender"
+    ) | {"args": container["args"]}
+    options = extender_main.build_parser().parse_args(container["args"])
+    extender_main.check(options)
+    # it binds the default scheduler's pods, and answers only the client certificate made
+    # for that scheduler
+    assert options.scheduler_name == "default-scheduler"
+    assert options.client_ca_file
+    client = run.find("Secret", f"{EXTENDER}-client")["data"]["tls.crt"]
+    cert = x509.load_pem_x509_certificate(base64.b64decode(client))
+    assert cert.subject.rfc4514_string() == "CN=default-scheduler.hygon-dcu-system.svc"
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+    # the Service reaches the verbs' port under the name the certificate carries
+    service = run.find("Service", EXTENDER)
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    (port,) = service["spec"]["ports"]
+    assert port["port"] == 443
+    (named,) = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    assert named["containerPort"] == options.port
+    assert f"{EXTENDER}.{NAMESPACE}.svc" == EXTENDER_DNS
+
+
+def test_a_scheduler_name_that_is_not_one_is_refused(render_dir: Path) -> None:
+    run = run_role(render_dir, **ALONE, hygon_dcu_device_plugin_extender_scheduler_name="My Sched")
+    assert run.returncode != 0
+    assert "hygon_dcu_device_plugin_extender_scheduler_name a scheduler name" in run.output
+    assert '"My Sched"' in run.output
+    assert not render_dir.exists()
