@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import simnode
 import yaml
-from hygon_dcu_plugin.kube import API_ACCESS
+from hygon_dcu_plugin.kube import API_ACCESS, LOST_POD_DELETE_ACCESS
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import minirun_spec
@@ -282,7 +282,7 @@ def test_container_registers_advertises_and_allocates(
     assert json.loads(annotations["hygon.com/dcu.partition.main"])["profile"] == "2g.15gb"
     used = {request.access for request in deployment.api.requests}
     assert ("", "pods", "patch") in used
-    assert used <= set(API_ACCESS)
+    assert used <= set(API_ACCESS) | set(LOST_POD_DELETE_ACCESS)
 
 
 def test_container_on_a_mode_off_node_serves_whole_cards(image: str, short_dir: Path) -> None:

@@ -1,8 +1,8 @@
 """Every Kubernetes API call the plugin makes, behind one small interface.
 
 `KubeApi` is what the allocator and the reclaimer depend on; `KubernetesApi` is the real one
-(the `kubernetes` client). Keep every call in this file and in API_ACCESS or LEASE_ACCESS
-below: the RBAC rules of the DaemonSet are derived from those constants.
+(the `kubernetes` client). Keep every call in this file and in API_ACCESS, LOST_POD_DELETE_ACCESS
+or LEASE_ACCESS below: the RBAC rules of the DaemonSet are derived from those constants.
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ API_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("", "pods", "patch"),  # annotate_pod: the grant's annotation on the pod
     ("", "pods", "list"),  # list_node_pods, and the list behind watch_pods
     ("", "pods", "watch"),  # watch_pods: wake the reclaimer when a pod on this node changes
-    ("", "pods", "delete"),  # delete_pod_with_uid: opt-in, pods whose partition is lost
     ("", "events", "create"),  # create_event: granted, refused, stuck, lost
 )
+# Granted only with delete_pods_with_lost_partitions (off by default), the one feature that
+# calls it: delete_pod_with_uid, a running pod whose partition is lost.
+LOST_POD_DELETE_ACCESS: tuple[tuple[str, str, str], ...] = (("", "pods", "delete"),)
 
 # The geometry Lease (docs/dev/extender.md), written by put_geometry_lease. Granted by a Role in
 # the plugin's own namespace, NOT by the ClusterRole derived from API_ACCESS: a plugin pod can

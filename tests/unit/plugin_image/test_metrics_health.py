@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from hygon_dcu_plugin.health import HealthServer
-from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, pod_from_api
+from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, LOST_POD_DELETE_ACCESS, pod_from_api
 from hygon_dcu_plugin.logs import JsonFormatter
 from hygon_dcu_plugin.metrics import Metrics
 from hygon_dcu_plugin.vocabulary import AllocateRefusal
@@ -81,9 +81,10 @@ def test_every_kubernetes_call_is_listed_for_rbac() -> None:
         ("", "pods", "patch"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
-        ("", "pods", "delete"),
         ("", "events", "create"),
     }
+    # deleting a pod is the opt-in's alone (delete_pods_with_lost_partitions)
+    assert set(LOST_POD_DELETE_ACCESS) == {("", "pods", "delete")}
 
 
 def test_the_geometry_lease_calls_are_listed_apart_for_a_namespaced_role() -> None:

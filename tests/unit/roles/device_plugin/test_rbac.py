@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import importlib
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS
+from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, LOST_POD_DELETE_ACCESS
 from hygon_dcu_plugin.webhook.offered import WEBHOOK_LEASE_ACCESS
 
-from .render import RoleRun
+from .conftest import ALONE
+from .render import RoleRun, run_role
 
 Calls = tuple[tuple[str, str, str], ...]
 # What the extender calls (hygon_dcu_plugin.extender.kube, as last read), for while that module
@@ -111,7 +113,16 @@ def test_plugin_and_webhook_rules_equal_the_calls_in_their_code(default_render: 
     assert dict(external) == {}
 
 
-def test_events_are_written_never_read_and_only_pods_are_deleted(
+def test_pods_are_deleted_only_with_the_opt_in_that_deletes_them(render_dir: Path) -> None:
+    run = run_role(render_dir, hygon_dcu_device_plugin_delete_pods_with_lost_partitions=True)
+    assert run.returncode == 0, run.output
+    granted, _external = _grants(run)
+    assert granted[f"{NAMESPACE}/hygon-dcu-device-plugin"] == _scoped(
+        CLUSTER, API_ACCESS + LOST_POD_DELETE_ACCESS
+    ) | _scoped(NAMESPACE, LEASE_ACCESS)
+
+
+def test_events_are_written_never_read_and_nothing_is_deleted_by_default(
     default_render: RoleRun, extender_render: RoleRun
 ) -> None:
     for run in (default_render, extender_render):
@@ -122,7 +133,7 @@ def test_events_are_written_never_read_and_only_pods_are_deleted(
         deleted = {
             resource for _scope, _group, resource, verb, _names in grants if verb == "delete"
         }
-        assert deleted == {"pods"}
+        assert deleted == set()
         # Leases are granted in the plugin's namespace only, never cluster-wide
         assert {scope for scope, group, *_rest in grants if group == LEASES[0]} == {NAMESPACE}
 
@@ -158,6 +169,23 @@ def test_scheduler_pod_has_the_kube_scheduler_roles_and_the_extenders_calls(
     # only the role's own service accounts are granted anything
     assert set(granted) | set(external) == {
         f"{NAMESPACE}/{name}" for name in ("hygon-dcu-device-plugin", WEBHOOK, SCHEDULER)
+    }
+
+
+def test_the_extender_alone_holds_its_own_calls_and_nothing_of_a_schedulers(
+    render_dir: Path,
+) -> None:
+    # For the site's default scheduler the extender runs as its own account: the network-facing
+    # process holds no token of kube-scheduler's (which may delete and bind any pod).
+    run = run_role(render_dir, **ALONE)
+    assert run.returncode == 0, run.output
+    granted, external = _grants(run)
+    cluster, leases = _extender_calls() or (EXTENDER_CALLS, EXTENDER_LEASE_CALLS)
+    account = f"{NAMESPACE}/hygon-dcu-extender"
+    assert granted[account] == _scoped(CLUSTER, cluster) | _scoped(NAMESPACE, leases)
+    assert account not in external
+    assert set(granted) | set(external) == {
+        f"{NAMESPACE}/{name}" for name in ("hygon-dcu-device-plugin", WEBHOOK, "hygon-dcu-extender")
     }
 
 
