@@ -249,7 +249,8 @@ def _mounted(run: RoleRun, container: str, directory: str) -> dict[str, Any]:
     ]
     assert mount["readOnly"] is True
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
-    return volume
+    found: dict[str, Any] = volume
+    return found
 
 
 def test_only_the_scheduler_beside_it_can_call_the_extender(
