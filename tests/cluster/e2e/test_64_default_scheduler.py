@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from e2e_support import (
     CLUSTER_SH,
     NAMESPACE,
@@ -66,7 +67,7 @@ def extender_address(kube: Kube) -> str:
 def stanza(kube: Kube) -> str:
     """The docs' extenders stanza, with the pod's address for the Service's (no kube-proxy)."""
     serving, client = secret(kube, f"{EXTENDER}-tls"), secret(kube, f"{EXTENDER}-client")
-    return json.dumps(
+    return yaml.safe_dump(
         {
             "extenders": [
                 {
@@ -92,7 +93,8 @@ def stanza(kube: Kube) -> str:
                     ],
                 }
             ]
-        }
+        },
+        default_flow_style=False,  # appended to the tier's own block-style configuration
     )
 
 
@@ -119,9 +121,9 @@ def extender_alone(
         120,
     )
     config = tmp_path_factory.mktemp("scheduler") / "extender.yaml"
-    config.write_text(stanza(kube))  # JSON is YAML
-    cluster("restart-scheduler", str(config))
+    config.write_text(stanza(kube))
     try:
+        cluster("restart-scheduler", str(config))
         yield
     finally:
         kube.run(

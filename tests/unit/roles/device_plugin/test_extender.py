@@ -345,6 +345,7 @@ def test_one_pod_runs_the_scheduler_and_the_extender_once(extender_render: RoleR
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     spec = _pod_spec(extender_render, SCHEDULER)
     assert spec["serviceAccountName"] == SCHEDULER
+    assert spec["priorityClassName"] == "system-cluster-critical"
     assert [c["name"] for c in spec["containers"]] == ["kube-scheduler", "extender"]
     for container in spec["containers"]:
         assert container["securityContext"]["readOnlyRootFilesystem"] is True

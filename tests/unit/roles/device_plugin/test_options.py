@@ -196,3 +196,23 @@ def test_service_monitor_and_self_healing_when_asked(
     config = yaml.safe_load(_config_text(run))
     assert config["delete_pods_with_lost_partitions"] is True
     assert "delete_pods_with_lost_partitions" not in yaml.safe_load(_config_text(default_render))
+
+
+def test_the_fail_closed_webhook_and_the_extender_are_cluster_critical(
+    render_dir: Path, default_render: RoleRun
+) -> None:
+    # While no webhook pod runs no pod it selects can be created, and partition pods wait while
+    # the extender is down: neither is the first to be evicted or preempted.
+    deployment = default_render.find("Deployment", "hygon-dcu-admission")
+    assert deployment["spec"]["template"]["spec"]["priorityClassName"] == "system-cluster-critical"
+    run = run_role(
+        render_dir,
+        hygon_dcu_device_plugin_webhook_priority_class="",
+        hygon_dcu_device_plugin_extender_enabled=True,
+        hygon_dcu_device_plugin_extender_mode="default_scheduler",
+    )
+    assert run.returncode == 0, run.output
+    spec = run.find("Deployment", "hygon-dcu-admission")["spec"]["template"]["spec"]
+    assert "priorityClassName" not in spec  # empty omits it
+    extender = run.find("Deployment", "hygon-dcu-extender")["spec"]["template"]["spec"]
+    assert extender["priorityClassName"] == "system-cluster-critical"
