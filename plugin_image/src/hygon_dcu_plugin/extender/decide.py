@@ -157,8 +157,10 @@ def outcome(
     indexed = list(enumerate(requests))
     for index, (_container, request) in _order(indexed, profiles):
         choice = _choice(views, request, option)
-        if isinstance(choice, str) or choice is None:
-            return Outcome((), 0, 0, (NO_PROFILE if choice else NO_ROOM, index))
+        if choice is None:
+            return Outcome((), 0, 0, (NO_ROOM, index))
+        if isinstance(choice, str):
+            return Outcome((), 0, 0, (choice, index))
         placement = choice.placement
         taken.append((index, choice.card.pci, choice.profile.name, placement.start, placement.size))
         used = slices_of(placement.start, placement.size)
