@@ -180,6 +180,7 @@ class Deployment:
             "resync_seconds": 1.0,
             "kubeconfig": "/etc/hygon-dcu/kubeconfig",
             "health_address": f"127.0.0.1:{_free_port()}",
+            "metrics_address": "",  # host network: not the fixed default port
             "log_level": "debug",
         }
         (self.state / "config.yaml").write_text(yaml.safe_dump(config))

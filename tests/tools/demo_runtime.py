@@ -212,6 +212,7 @@ def demo(args: argparse.Namespace, plugin_env: dict[str, str]) -> int:
         "grace_seconds": 2,  # short, so the reclaim shows within seconds
         "resync_seconds": 2,
         "health_address": f"127.0.0.1:{port}",
+        "metrics_address": "",  # no /metrics: the demo does not read it
     }
     plugin = Plugin(state / "plugin.yaml", args.plugin_log, state / "plugin.pid", plugin_env)
     api.start()

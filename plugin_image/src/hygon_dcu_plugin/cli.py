@@ -45,7 +45,7 @@ def _serve(args: argparse.Namespace) -> int:
     from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: PLC0415
 
     from . import logs  # noqa: PLC0415
-    from .health import HealthServer  # noqa: PLC0415
+    from .health import HealthServer, MetricsServer  # noqa: PLC0415
     from .kube import KubernetesApi  # noqa: PLC0415
     from .podresources import PodResourcesClient  # noqa: PLC0415
     from .runtime import Runtime  # noqa: PLC0415
@@ -72,13 +72,12 @@ def _serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    started: list[Runtime] = []  # the health endpoint binds first: a taken port stops us early
+    started: list[Runtime] = []  # the listeners bind first: a taken port stops us early
     try:
         health = HealthServer(
             settings.health_address,
             lambda: bool(started) and started[0].alive(),
             lambda: bool(started) and started[0].registered and started[0].alive(),
-            lambda: started[0].metrics.render() if started else "",
         )
     except OSError as exc:
         return _fail(
@@ -86,6 +85,20 @@ def _serve(args: argparse.Namespace) -> int:
             f"{exc.strerror or exc}; pick a free port with --health-address (or stop what "
             "holds it)"
         )
+    metrics = None
+    if settings.metrics_address:  # empty: no /metrics at all
+        try:
+            metrics = MetricsServer(
+                settings.metrics_address,
+                lambda: started[0].metrics.render() if started else "",
+            )
+        except OSError as exc:
+            health.stop()
+            return _fail(
+                f"cannot listen on metrics_address {settings.metrics_address}: "
+                f"{exc.strerror or exc}; pick a free port with --metrics-address (or stop what "
+                "holds it)"
+            )
     kill_step = os.environ.get(KILL_AT_ENV)
     runtime = Runtime(
         settings,
@@ -104,6 +117,8 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     health.start()
+    if metrics is not None:
+        metrics.start()
     runtime.start()
     log.info(
         "serving",
@@ -111,6 +126,7 @@ def _serve(args: argparse.Namespace) -> int:
             "resources": runtime.resources,
             "version": __version__,
             "health": settings.health_address,
+            "metrics": settings.metrics_address or None,
         },
     )
     # Wake up now and then: Linux may deliver SIGTERM to one of gRPC's threads, and Python runs
@@ -119,6 +135,8 @@ def _serve(args: argparse.Namespace) -> int:
     while not stop.wait(0.5):
         pass
     runtime.stop()
+    if metrics is not None:
+        metrics.stop()
     health.stop()
     return 0
 

@@ -54,6 +54,14 @@ def kube_name_problem(name: str, subdomain: bool) -> str | None:
     return None
 
 
+def _is_host_port(address: object) -> bool:
+    """HOST:PORT with a port from 1 to 65535 (an IPv6 host in brackets): what a listener binds."""
+    if not isinstance(address, str):
+        return False
+    host, _ignored, port = address.rpartition(":")
+    return bool(host) and port.isascii() and port.isdigit() and 0 < int(port) < 65536
+
+
 @dataclass(frozen=True)
 class Settings:
     host_root: str = "/"
@@ -68,7 +76,9 @@ class Settings:
     resync_seconds: float = 30.0
     node_name: str | None = None
     kubeconfig: str | None = None
-    health_address: str = "0.0.0.0:9410"  # kubelet probes and Prometheus must reach it
+    health_address: str = "0.0.0.0:9410"  # the kubelet's probes reach the pod's address
+    # /metrics alone: on loopback kubectl port-forward reaches it, other pods do not
+    metrics_address: str = "127.0.0.1:9411"
     log_level: str = "info"
     delete_pods_with_lost_partitions: bool = False
     geometry_namespace: str | None = None
@@ -82,11 +92,11 @@ class Settings:
             value = getattr(self, name)
             if not math.isfinite(value) or not low <= value <= high:
                 raise ConfigError(f"{name}: {value} must be a number from {low:g} to {high:g}")
-        host, _ignored, port = self.health_address.rpartition(":")
-        if not port.isascii() or not port.isdigit() or not host or not 0 < int(port) < 65536:
-            raise ConfigError(
-                f"health_address: {self.health_address!r} must be HOST:PORT, port 1-65535"
-            )
+        for name, optional in (("health_address", False), ("metrics_address", True)):
+            value = getattr(self, name)
+            if not (optional and value == "") and not _is_host_port(value):
+                nothing = " (or empty: not served)" if optional else ""
+                raise ConfigError(f"{name}: {value!r} must be HOST:PORT, port 1-65535{nothing}")
         if not isinstance(self.delete_pods_with_lost_partitions, bool):
             raise ConfigError(
                 "delete_pods_with_lost_partitions: "
@@ -145,7 +155,11 @@ config file (--config, YAML mapping; flags override it; every key is optional):
                         default 30)
   node_name             this node's name (default: $NODE_NAME)
   kubeconfig            kubeconfig file (default: in-cluster service account)
-  health_address        HOST:PORT of /healthz, /readyz and /metrics
+  health_address        HOST:PORT of /healthz and /readyz (the kubelet's probes reach the
+                        pod's address; default 0.0.0.0:9410)
+  metrics_address       HOST:PORT of /metrics (default 127.0.0.1:9411: kubectl port-forward
+                        reaches it, other pods do not; 0.0.0.0:PORT for Prometheus; empty:
+                        not served)
   log_level             debug, info, warning or error (logs are JSON lines on stderr)
   delete_pods_with_lost_partitions (true/false, default false)
                         true: delete a running pod whose partition is gone (after a power

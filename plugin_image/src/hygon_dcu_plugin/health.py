@@ -1,32 +1,41 @@
-"""/healthz (liveness), /readyz (registered with the kubelet) and /metrics over HTTP."""
+"""/healthz (liveness) and /readyz (registered with the kubelet) on one listener, /metrics on
+another: the kubelet's probes reach the pod's address, while /metrics is bound where the
+config says (loopback by default), so other pods cannot read it."""
 
 from __future__ import annotations
 
+import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+# What a GET of one path answers: status, body, Content-Type.
+Page = Callable[[], tuple[int, str, str]]
 
-class HealthServer:
-    def __init__(
-        self,
-        address: str,
-        live: Callable[[], bool],
-        ready: Callable[[], bool],
-        metrics: Callable[[], str],
-    ) -> None:
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class Listener:
+    """HTTP on ``address`` (HOST:PORT, an IPv6 host in brackets): GET of a path of ``pages``,
+    404 for any other."""
+
+    def __init__(self, address: str, pages: Mapping[str, Page], name: str) -> None:
         host, _ignored, port = address.rpartition(":")
-        checks = {"/healthz": live, "/readyz": ready}
+        host = host.strip("[]")
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == "/metrics":
-                    self._send(200, metrics(), "text/plain; version=0.0.4")
-                elif self.path in checks:
-                    ok = checks[self.path]()
-                    self._send(200 if ok else 503, "ok\n" if ok else "not ok\n", "text/plain")
-                else:
+                page = pages.get(self.path)
+                if page is None:
                     self._send(404, "not found\n", "text/plain")
+                else:
+                    self._send(*page())
 
             def _send(self, code: int, body: str, kind: str) -> None:
                 data = body.encode()
@@ -39,9 +48,9 @@ class HealthServer:
             def log_message(self, format: str, *args: object) -> None:
                 return  # probes every few seconds would flood the structured log
 
-        self.server = ThreadingHTTPServer((host.strip("[]"), int(port)), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name="health")
+        server = _Server6 if ":" in host else _Server
+        self.server = server((host, int(port)), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True, name=name)
 
     @property
     def port(self) -> int:
@@ -51,5 +60,27 @@ class HealthServer:
         self.thread.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self.thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self.server.shutdown()
         self.server.server_close()
+
+
+def _check(probe: Callable[[], bool]) -> Page:
+    return lambda: (200, "ok\n", "text/plain") if probe() else (503, "not ok\n", "text/plain")
+
+
+class HealthServer(Listener):
+    """The kubelet's probes: /healthz and /readyz, nothing else."""
+
+    def __init__(self, address: str, live: Callable[[], bool], ready: Callable[[], bool]) -> None:
+        super().__init__(address, {"/healthz": _check(live), "/readyz": _check(ready)}, "health")
+
+
+class MetricsServer(Listener):
+    """/metrics (Prometheus text), nothing else."""
+
+    def __init__(self, address: str, metrics: Callable[[], str]) -> None:
+        def page() -> tuple[int, str, str]:
+            return 200, metrics(), "text/plain; version=0.0.4"
+
+        super().__init__(address, {"/metrics": page}, "metrics")

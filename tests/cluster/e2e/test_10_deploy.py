@@ -15,6 +15,7 @@ from e2e_support import (
     recap_changed,
     wait_for,
 )
+from privileges import assert_privileges_as_documented
 
 
 def test_node_labelled_for_the_daemonset(kube: Kube) -> None:
@@ -50,6 +51,11 @@ def test_plugin_and_webhook_ready(kube: Kube) -> None:
             ),
             180,
         )
+
+
+def test_each_account_may_do_what_the_docs_say(kube: Kube) -> None:
+    # The default deployment: the webhook on, the extender off (its accounts hold nothing).
+    assert_privileges_as_documented(kube, webhook_enabled=True)
 
 
 def test_whole_cards_advertised_with_the_mode_off(kube: Kube, cluster_sim: SimNode) -> None:

@@ -23,6 +23,7 @@ from e2e_support import (
     partition_pod,
     wait_for,
 )
+from privileges import assert_privileges_as_documented
 
 DEPLOYMENT = "survivor"
 
@@ -138,6 +139,10 @@ def test_power_loss_with_self_healing_on(
         "hygon_dcu_device_plugin_delete_pods_with_lost_partitions=true",
     )
     wait_for("a Ready plugin pod with self-healing on", kube.ready_plugin_pod, 240)
+    # the opt-in, and only it, lets the plugin delete pods
+    assert_privileges_as_documented(
+        kube, webhook_enabled=True, delete_pods_with_lost_partitions=True
+    )
     name, uuid = wait_for(
         "the survivor running with its partition",
         lambda: running_with_partition(kube, cluster_sim),

@@ -11,6 +11,8 @@ role deploys (the tier's own kube-scheduler build, as an image; docs/extender.md
 - The webhook refuses at creation a size no published profile covers.
 - Only the scheduler beside it, with the client certificate the role made, can call the
   extender; the kubelet's probes have a port of their own.
+- The extender's container holds the extender's token, not the scheduler's; every account may
+  do exactly what docs/privileges.md says.
 
 Starts from any earlier module's state; enables partitioning itself. Leaves: partition mode on,
 the plugin Ready, the extender and the second scheduler deployed, no pod and no API-only node.
@@ -55,6 +57,7 @@ from hygon_dcu_plugin.vocabulary import (
     PROFILE_PREFIX,
     SCHEDULER_NAME,
 )
+from privileges import assert_privileges_as_documented
 
 LABEL = "e2e-extender"
 FAKE_GROUP = "e2e-extender-group"
@@ -474,3 +477,46 @@ def test_only_the_scheduler_beside_it_can_call_the_extender(kube: Kube, tmp_path
         _get(address, ports["extender"], "/healthz", context(certificate=False))
     assert _get(address, ports["probes"], "/healthz", context(certificate=False)) == 200
     assert _get(address, ports["probes"], "/metrics", context(certificate=False)) == 404
+
+
+def test_the_extender_acts_as_its_own_account_not_the_schedulers(kube: Kube) -> None:
+    # One pod, two accounts: the token in the extender's container is the extender's (the API
+    # server says whose it is), so the process the network reaches cannot act as kube-scheduler.
+    (pod,) = kube.json(
+        "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={SCHEDULER_NAME}"
+    )["items"]
+    assert pod["spec"]["serviceAccountName"] == SCHEDULER_NAME
+    read = "import sys; sys.stdout.write(open(sys.argv[1]).read())"
+    token = kube.run(
+        "exec",
+        "-n",
+        NAMESPACE,
+        pod["metadata"]["name"],
+        "-c",
+        "extender",
+        "--",
+        "python3",
+        "-c",
+        read,
+        "/var/run/secrets/kubernetes.io/serviceaccount/token",
+    ).stdout
+    review = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": token},
+    }
+    answer = json.loads(
+        kube.run("create", "-o", "json", "-f", "-", stdin=json.dumps(review)).stdout
+    )
+    assert answer["status"].get("authenticated") is True, answer["status"]
+    assert answer["status"]["user"]["username"] == (
+        f"system:serviceaccount:{NAMESPACE}:hygon-dcu-extender"
+    )
+
+
+def test_each_account_may_do_what_the_docs_say(kube: Kube) -> None:
+    # The second scheduler's account holds kube-scheduler's roles and its lock in kube-system;
+    # the extender's its own calls.
+    assert_privileges_as_documented(
+        kube, webhook_enabled=True, extender_enabled=True, extender_mode="second_scheduler"
+    )

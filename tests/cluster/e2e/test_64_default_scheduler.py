@@ -41,6 +41,7 @@ from e2e_support import (
     wait_for,
 )
 from hygon_dcu_plugin.vocabulary import COMPUTE_UNITS, FAMILY, MEMORY_MIB
+from privileges import assert_privileges_as_documented
 
 EXTENDER = "hygon-dcu-extender"
 LABEL = "e2e-default-scheduler"
@@ -169,3 +170,10 @@ def test_a_client_without_the_certificate_is_refused_at_the_handshake(
         connection.request("GET", "/healthz")
         connection.getresponse()
     connection.close()
+
+
+def test_each_account_may_do_what_the_docs_say(kube: Kube) -> None:
+    # The extender alone: its own account, and no second scheduler's account or lock left.
+    assert_privileges_as_documented(
+        kube, webhook_enabled=True, extender_enabled=True, extender_mode="default_scheduler"
+    )

@@ -416,7 +416,9 @@ def scrape_plugin(tmp: Path) -> str:
     api.start()
     kubelet = KubeletEmulator(str(short / "dp"), str(short / "pr" / "kubelet.sock"))
     kubelet.start()
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
+    while metrics_port == port:
+        metrics_port = free_port()
     env = {
         **sim.env(),
         "PYTHONPATH": os.pathsep.join(
@@ -424,7 +426,7 @@ def scrape_plugin(tmp: Path) -> str:
         ),
     }
     process = subprocess.Popen(
-        serve_argv(sim, short, api.kubeconfig(short / "kubeconfig"), kubelet, port),
+        serve_argv(sim, short, api.kubeconfig(short / "kubeconfig"), kubelet, port, metrics_port),
         env=env,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -439,8 +441,10 @@ def scrape_plugin(tmp: Path) -> str:
         with pytest.raises(grpc.RpcError):
             kubelet.admit("team", "bad", "main", {FAMILY: 1})
         # partition_info follows the grants on the next refresh.
-        assert wait_until(lambda: "hygon_dcu_partition_info{" in http_get(port, "/metrics")[1])
-        status, text = http_get(port, "/metrics")
+        assert wait_until(
+            lambda: "hygon_dcu_partition_info{" in http_get(metrics_port, "/metrics")[1]
+        )
+        status, text = http_get(metrics_port, "/metrics")
         assert status == 200
         assert 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
         assert re.search(r'^hygon_dcu_allocation_failures_total\{reason="\w+"\} 1$', text, re.M)

@@ -100,10 +100,16 @@ def settings_for(sim: simnode.SimNode, state: Path, **overrides: object) -> Sett
 
 
 def serve_argv(
-    sim: simnode.SimNode, state: Path, api_kubeconfig: Path, kubelet: Any, health_port: int
+    sim: simnode.SimNode,
+    state: Path,
+    api_kubeconfig: Path,
+    kubelet: Any,
+    health_port: int,
+    metrics_port: int | None = None,
 ) -> list[str]:
     """`hygon-dcu-plugin serve` as a real process against the simulated node, the kubelet
-    emulator and a fake API server (its kubeconfig)."""
+    emulator and a fake API server (its kubeconfig). /metrics on ``metrics_port``, or not
+    served (the default port would be shared by every test running at once)."""
     return [
         sys.executable,
         "-m",
@@ -133,6 +139,8 @@ def serve_argv(
         "0.3",
         "--health-address",
         f"127.0.0.1:{health_port}",
+        "--metrics-address",
+        "" if metrics_port is None else f"127.0.0.1:{metrics_port}",
     ]
 
 

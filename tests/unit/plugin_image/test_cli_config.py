@@ -83,6 +83,14 @@ def test_geometry_timing_from_file_and_flags(tmp_path: Path) -> None:
         ("health_address: 9410\n", "must be a string"),
         ("health_address: ':70000'\n", "health_address: ':70000' must be HOST:PORT"),
         ("health_address: 'h:99999'\n", "port 1-65535"),
+        ("health_address:\n", "health_address: None must be HOST:PORT"),
+        # the same rule for /metrics, which may also be empty
+        ("metrics_address: 9411\n", "metrics_address: 9411 must be a string"),
+        ("metrics_address: ':9411'\n", "metrics_address: ':9411' must be HOST:PORT"),
+        ("metrics_address: 127.0.0.1\n", "metrics_address: '127.0.0.1' must be HOST:PORT"),
+        ("metrics_address: '127.0.0.1:0'\n", "port 1-65535 (or empty: not served)"),
+        ("metrics_address: 'h:99999'\n", "metrics_address: 'h:99999' must be HOST:PORT"),
+        ("metrics_address:\n", "metrics_address: None must be HOST:PORT"),
         ("delete_pods_with_lost_partitions: 'yes'\n", "must be true or false"),
         ("geometry_namespace: Hygon_DCU\n", "geometry_namespace: 'Hygon_DCU' must be a DNS label"),
         ("geometry_namespace: a.b\n", "geometry_namespace: 'a.b' must be a DNS label"),
@@ -134,6 +142,20 @@ def test_absurd_geometry_flags_are_refused_naming_the_key(flags: list[str], mess
 def test_a_fractional_lease_flag_is_refused_by_the_parser() -> None:
     with pytest.raises(SystemExit):
         parse("--geometry-lease-seconds", "40.5")
+
+
+def test_metrics_address_is_loopback_unless_set(tmp_path: Path) -> None:
+    # other pods cannot read /metrics unless the site binds it to the pod's address
+    assert parse().metrics_address == "127.0.0.1:9411"
+    assert parse().health_address == "0.0.0.0:9410"
+    assert parse("--metrics-address", "0.0.0.0:9500").metrics_address == "0.0.0.0:9500"
+    assert parse("--metrics-address", "[::]:9411").metrics_address == "[::]:9411"
+    assert parse("--metrics-address", "").metrics_address == ""  # not served
+    conf = tmp_path / "c.yaml"
+    conf.write_text("metrics_address: ''\n")
+    assert parse("--config", str(conf)).metrics_address == ""
+    with pytest.raises(ConfigError, match=r"^metrics_address: 'nope' must be HOST:PORT"):
+        parse("--metrics-address", "nope")
 
 
 def test_delete_pods_flag_and_key(tmp_path: Path) -> None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hygon_dcu_plugin.health import HealthServer
+import pytest
+from hygon_dcu_plugin.health import HealthServer, MetricsServer
 from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, LOST_POD_DELETE_ACCESS, pod_from_api
 from hygon_dcu_plugin.logs import JsonFormatter
 from hygon_dcu_plugin.metrics import Metrics
@@ -45,9 +48,9 @@ def test_every_failure_reason_starts_at_zero_and_is_documented() -> None:
         assert f"`{refusal.status}`" in row
 
 
-def get(port: int, path: str) -> tuple[int, str]:
+def get(port: int, path: str, host: str = "127.0.0.1") -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as reply:
+        with urllib.request.urlopen(f"http://{host}:{port}{path}", timeout=10) as reply:
             return reply.status, reply.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
@@ -55,17 +58,55 @@ def get(port: int, path: str) -> tuple[int, str]:
 
 def test_health_endpoint() -> None:
     state = {"ready": False}
-    server = HealthServer("127.0.0.1:0", lambda: True, lambda: state["ready"], lambda: "m 1\n")
+    server = HealthServer("127.0.0.1:0", lambda: True, lambda: state["ready"])
     server.start()
     try:
         assert get(server.port, "/healthz") == (200, "ok\n")
         assert get(server.port, "/readyz")[0] == 503
         state["ready"] = True
         assert get(server.port, "/readyz") == (200, "ok\n")
-        assert get(server.port, "/metrics") == (200, "m 1\n")
+        # the probe listener is on the pod's address: /metrics is not there
+        assert get(server.port, "/metrics")[0] == 404
         assert get(server.port, "/other")[0] == 404
     finally:
         server.stop()
+
+
+def test_metrics_on_a_listener_of_its_own() -> None:
+    server = MetricsServer("127.0.0.1:0", lambda: "m 1\n")
+    server.start()
+    try:
+        assert get(server.port, "/metrics") == (200, "m 1\n")
+        assert get(server.port, "/healthz")[0] == 404
+        assert get(server.port, "/readyz")[0] == 404
+    finally:
+        server.stop()
+
+
+def test_metrics_on_an_ipv6_address() -> None:
+    # the role writes an IPv6 host in brackets
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError as error:
+        pytest.skip(f"no IPv6 loopback here: {error}")
+    server = MetricsServer("[::1]:0", lambda: "m 1\n")
+    server.start()
+    try:
+        assert server.server.address_family == socket.AF_INET6
+        assert get(server.port, "/metrics", "[::1]") == (200, "m 1\n")
+    finally:
+        server.stop()
+
+
+def test_a_listener_that_never_served_stops() -> None:
+    # what serve does with the health listener when the metrics port is taken
+    server = HealthServer("127.0.0.1:0", lambda: True, lambda: True)
+    stopping = threading.Thread(target=server.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=10)
+    assert not stopping.is_alive(), "stop() waits for a serve_forever that never ran"
+    assert server.server.socket.fileno() == -1  # the port is free again
 
 
 def test_logs_are_json_lines_with_extra_fields() -> None:

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -41,7 +42,12 @@ class Plugin:
         self, sim: simnode.SimNode, state: Path, api: FakeApiServer, kubelet: KubeletEmulator
     ) -> None:
         self.port = free_port()
-        self.argv = serve_argv(sim, state, api.kubeconfig(state / "kubeconfig"), kubelet, self.port)
+        self.metrics_port = free_port()
+        while self.metrics_port == self.port:
+            self.metrics_port = free_port()
+        self.argv = serve_argv(
+            sim, state, api.kubeconfig(state / "kubeconfig"), kubelet, self.port, self.metrics_port
+        )
         self.env = {
             **sim.env(),
             "PYTHONPATH": os.pathsep.join(
@@ -56,10 +62,13 @@ class Plugin:
             env[KILL_AT_ENV] = kill_at
         self.process = subprocess.Popen(self.argv, env=env, stderr=subprocess.PIPE, text=True)
 
-    def get(self, path: str) -> tuple[int, str]:
+    def get(self, path: str, port: int | None = None) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.port if port is None else port}{path}"
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=5) as reply:
+            with urllib.request.urlopen(url, timeout=5) as reply:
                 return reply.status, reply.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, ""
         except OSError:
             return 0, ""
 
@@ -114,8 +123,10 @@ def test_serve_registers_allocates_reports_and_stops(
     annotation = api.pods["team/train"]["metadata"]["annotations"]["hygon.com/dcu.partition.main"]
     assert json.loads(annotation)["profile"] == "2g.15gb"
     assert api.list_calls >= 1  # the pods of the node, read through the real client
-    status, text = plugin.get("/metrics")
+    status, text = plugin.get("/metrics", plugin.metrics_port)
     assert status == 200 and 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
+    assert plugin.get("/metrics") == (404, "")  # not on the probes' listener
+    assert plugin.get("/readyz", plugin.metrics_port) == (404, "")
     api.delete_pod("team", "train")
     kubelet.remove_pod("team", "train")
     assert kubelet.wait_for(
@@ -268,6 +279,34 @@ def test_a_taken_health_port_is_one_line_naming_the_flag(
         line = one_line_failure(plugin.argv, plugin.env)
     assert f"cannot listen on health_address 127.0.0.1:{plugin.port}" in line
     assert "--health-address" in line
+
+
+def test_a_taken_metrics_port_is_one_line_naming_the_flag(
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+) -> None:
+    plugin, _kubelet, _api = world
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", plugin.metrics_port))
+        taken.listen()
+        line = one_line_failure(plugin.argv, plugin.env)
+    assert f"cannot listen on metrics_address 127.0.0.1:{plugin.metrics_port}" in line
+    assert "--metrics-address" in line
+
+
+def test_an_empty_metrics_address_serves_no_metrics(
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+) -> None:
+    plugin, kubelet, _api = world
+    plugin.argv[plugin.argv.index("--metrics-address") + 1] = ""
+    plugin.start()
+    assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
+    assert wait_until(lambda: plugin.get("/readyz")[0] == 200)
+    assert plugin.get("/metrics") == (404, "")
+    assert plugin.get("/metrics", plugin.metrics_port) == (0, "")  # nothing listens
+    code, err = plugin.stop()
+    assert code == 0, err
+    (serving,) = [json.loads(line) for line in err.splitlines() if '"msg": "serving"' in line]
+    assert serving["metrics"] is None
 
 
 def test_a_missing_device_plugin_directory_is_one_line(

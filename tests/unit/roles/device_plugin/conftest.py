@@ -27,6 +27,12 @@ ALONE: dict[str, Any] = {
     "hygon_dcu_device_plugin_extender_enabled": True,
     "hygon_dcu_device_plugin_extender_mode": "default_scheduler",
 }
+# The NetworkPolicies, with a site's control-plane and node addresses (IPv4 and IPv6).
+POLICY_SOURCES = ["10.20.0.0/24", "192.0.2.7/32", "fd00:20::/64"]
+POLICY_ON: dict[str, Any] = {
+    "hygon_dcu_device_plugin_network_policy": True,
+    "hygon_dcu_device_plugin_network_policy_sources": POLICY_SOURCES,
+}
 
 
 @pytest.fixture(scope="session")

@@ -67,8 +67,10 @@ BASE_RESOURCE_TYPES = (
     ),
     ResourceType("rbac.authorization.k8s.io/v1", "roles", "Role", True),
     ResourceType("rbac.authorization.k8s.io/v1", "rolebindings", "RoleBinding", True),
+    ResourceType("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy", True),
     ResourceType("v1", "pods", "Pod", True),
     ResourceType("v1", "events", "Event", True),
+    ResourceType("coordination.k8s.io/v1", "leases", "Lease", True),
     ResourceType(
         "admissionregistration.k8s.io/v1",
         "validatingwebhookconfigurations",

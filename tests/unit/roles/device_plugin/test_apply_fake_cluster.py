@@ -6,7 +6,8 @@ compare with render mode, remove. A 1.20 cluster, whose server rewrites managedF
 apply that changes nothing, checks check mode, the objects 1.20 accepts and a second run. A
 cluster whose Deployment never rolls out checks the rollout wait and its report. Another one
 takes the scheduler extender: enabled, again, then disabled (which removes it); another the
-webhook, disabled after a run.
+webhook, disabled after a run; another the NetworkPolicies, on, across an extender mode switch and
+the webhook's removal, then off.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ALONE, EXTENDER_ON
+from .conftest import ALONE, EXTENDER_ON, POLICY_ON
 from .fake_apiserver_ssa import APPLY_PATCH, FakeApiServer, running, without_server_fields
 from .render import RoleRun, run_role
 
@@ -379,5 +380,88 @@ def test_webhook_disabled_after_a_run_removes_it_configuration_first(
     assert api.objects == others
     # ... and once it is gone, a disabled run changes nothing
     again = _cluster_run(api, tmp_path, **off)
+    assert again.returncode == 0, again.output
+    assert again.changed == 0, again.output
+
+
+@pytest.fixture(scope="module")
+def api_policies() -> Iterator[FakeApiServer]:
+    api = FakeApiServer()
+    api.seed(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "kube-system", "resourceVersion": "1"},
+        }
+    )
+    yield from running(api)
+
+
+PLUGIN, WEBHOOK, EXTENDER, SCHEDULER = (
+    "hygon-dcu-device-plugin",
+    "hygon-dcu-admission",
+    "hygon-dcu-extender",
+    "hygon-dcu-scheduler",
+)
+
+
+def _policies(api: FakeApiServer) -> set[str]:
+    return {name for kind, _namespace, name in api.objects if kind == "NetworkPolicy"}
+
+
+def _versions(api: FakeApiServer) -> dict[tuple[str, str, str], str]:
+    return {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
+
+
+def test_network_policies_applied_before_their_pods_and_removed_when_off(
+    api_policies: FakeApiServer, tmp_path: Path
+) -> None:
+    api = api_policies
+    installed = _cluster_run(api, tmp_path, **ALONE, **POLICY_ON)
+    assert installed.returncode == 0, installed.output
+    assert _policies(api) == {PLUGIN, WEBHOOK, EXTENDER}
+    for workload in (f"DaemonSet/{PLUGIN}", f"Deployment/{WEBHOOK}", f"Deployment/{EXTENDER}"):
+        name = workload.partition("/")[2]
+        assert api.events.index(f"apply NetworkPolicy/{name}") < api.events.index(
+            f"apply {workload}"
+        )
+
+    # beside the second scheduler instead: the extender's policy goes with its Deployment, the
+    # pod's comes before the pod
+    events = len(api.events)
+    beside = _cluster_run(api, tmp_path, **EXTENDER_ON, **POLICY_ON)
+    assert beside.returncode == 0, beside.output
+    after = api.events[events:]
+    assert "delete NetworkPolicy/hygon-dcu-extender" in after
+    assert after.index("apply NetworkPolicy/hygon-dcu-scheduler") < after.index(
+        "apply Deployment/hygon-dcu-scheduler"
+    )
+    assert _policies(api) == {PLUGIN, WEBHOOK, SCHEDULER}
+
+    # alone again, and the webhook disabled: the scheduler's policy and the webhook's go
+    webhook_off = {**ALONE, "hygon_dcu_device_plugin_webhook_enabled": False}
+    events = len(api.events)
+    alone = _cluster_run(api, tmp_path, **webhook_off, **POLICY_ON)
+    assert alone.returncode == 0, alone.output
+    after = api.events[events:]
+    assert "delete NetworkPolicy/hygon-dcu-scheduler" in after
+    assert "delete NetworkPolicy/hygon-dcu-admission" in after
+    assert _policies(api) == {PLUGIN, EXTENDER}
+
+    # switched off: exactly the policies go, nothing else changes
+    before = _versions(api)
+    events = len(api.events)
+    off = _cluster_run(api, tmp_path, **webhook_off)
+    assert off.returncode == 0, off.output
+    assert sorted(api.events[events:]) == [
+        "delete NetworkPolicy/hygon-dcu-device-plugin",
+        "delete NetworkPolicy/hygon-dcu-extender",
+    ]
+    assert _policies(api) == set()
+    assert _versions(api) == {
+        key: version for key, version in before.items() if key[0] != "NetworkPolicy"
+    }
+    # ... and once they are gone, a run changes nothing
+    again = _cluster_run(api, tmp_path, **webhook_off)
     assert again.returncode == 0, again.output
     assert again.changed == 0, again.output

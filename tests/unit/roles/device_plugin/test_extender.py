@@ -24,7 +24,7 @@ from hygon_dcu_plugin.extender import main as extender_main
 from hygon_dcu_plugin.extender.client_auth import ClientVerifyingReloader
 
 from .certificates import make_certificate
-from .conftest import ALONE, EXTENDER_ON, SCHEDULER_IMAGE
+from .conftest import ALONE, EXTENDER_ON, POLICY_ON, SCHEDULER_IMAGE
 from .render import RoleRun, run_role
 from .schema_1_20 import fields_missing_in_1_20
 
@@ -144,6 +144,10 @@ def test_extender_and_scheduler_after_everything_else(
     assert others == [(obj["kind"], obj["metadata"]["name"]) for obj in default_render.objects()]
     ours = [(obj["kind"], obj["metadata"]["name"]) for obj in objects[len(others) :]]
     assert ours == [
+        # the extender's account before its token (the API server deletes a token Secret
+        # whose account does not exist)
+        ("ServiceAccount", EXTENDER),
+        ("Secret", f"{EXTENDER}-token"),
         ("Secret", f"{EXTENDER}-tls"),
         ("Secret", f"{EXTENDER}-client"),
         ("ServiceAccount", SCHEDULER),
@@ -174,7 +178,8 @@ def test_scheduler_configuration_is_v1beta1_with_the_products_names(
     assert config["leaderElection"] == {
         "leaderElect": True,
         "resourceLock": "leases",
-        "resourceNamespace": NAMESPACE,
+        # where kube-scheduler keeps its lock, not beside the Leases every plugin may update
+        "resourceNamespace": "kube-system",
         "resourceName": SCHEDULER,
     }
     (extender,) = config["extenders"]
@@ -375,7 +380,8 @@ def test_extender_runs_with_its_own_flags(extender_render: RoleRun) -> None:
     assert volume["secret"]["secretName"] == f"{EXTENDER}-tls"
     assert options.cert_file == f"{directory}/tls.crt"
     assert options.key_file == f"{directory}/tls.key"
-    assert len(container["volumeMounts"]) == 2  # and the client CA (test above)
+    # and the client CA (test above) and its own token (test_rbac.py)
+    assert len(container["volumeMounts"]) == 3
     assert spec["serviceAccountName"] == SCHEDULER
     # the probes go to the port that asks no client certificate
     (probes,) = [p for p in container["ports"] if p["containerPort"] == options.probe_port]
@@ -534,14 +540,21 @@ def test_absent_removes_the_scheduler_and_the_extender_first(render_dir: Path) -
     # the pod first, so nothing it uses goes while it runs
     assert ours[0] == ("Deployment", NAMESPACE, SCHEDULER)
     assert ("RoleBinding", "kube-system", f"{SCHEDULER}-authentication-reader") in ours
-    # every object an enabled run applies, either way, is in the list
+    # every object an enabled run applies, either way and with its NetworkPolicy, is in the list
     applied = {
         (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-        for inputs in (EXTENDER_ON, ALONE)
+        for inputs in ({**EXTENDER_ON, **POLICY_ON}, {**ALONE, **POLICY_ON})
         for obj in run_role(render_dir.with_name("applied"), **inputs).objects()
         if _ours(obj)
     }
-    assert applied == set(ours)
+    # and the scheduler's lock, and what earlier versions kept in the runtime's namespace
+    assert set(ours) - applied == {
+        ("Lease", "kube-system", SCHEDULER),
+        ("Lease", NAMESPACE, SCHEDULER),
+        ("Role", NAMESPACE, SCHEDULER),
+        ("RoleBinding", NAMESPACE, SCHEDULER),
+    }
+    assert applied < set(ours)
 
 
 def test_for_the_default_scheduler_the_extender_runs_alone(render_dir: Path) -> None:
@@ -549,9 +562,9 @@ def test_for_the_default_scheduler_the_extender_runs_alone(render_dir: Path) -> 
     assert run.returncode == 0, run.output
     ours = [(obj["kind"], obj["metadata"]["name"]) for obj in run.objects() if _ours(obj)]
     assert ours == [
+        ("ServiceAccount", EXTENDER),  # its pod's own: no token Secret
         ("Secret", f"{EXTENDER}-tls"),
         ("Secret", f"{EXTENDER}-client"),
-        ("ServiceAccount", EXTENDER),
         ("ClusterRole", EXTENDER),
         ("ClusterRoleBinding", EXTENDER),
         ("Role", EXTENDER),
@@ -569,9 +582,11 @@ def test_for_the_default_scheduler_the_extender_runs_alone(render_dir: Path) -> 
     spec = deployment["spec"]["template"]["spec"]
     assert spec["serviceAccountName"] == EXTENDER
     (container,) = spec["containers"]
-    assert container == _container(
-        run_role(render_dir.with_name("beside"), **EXTENDER_ON), "extender"
-    ) | {"args": container["args"]}
+    beside = _container(run_role(render_dir.with_name("beside"), **EXTENDER_ON), "extender")
+    # the same container, but for its arguments and the token Secret it needs beside the
+    # second scheduler only (its pod's token is its own here)
+    mounts = [m for m in beside["volumeMounts"] if m["name"] != "extender-token"]
+    assert container == beside | {"args": container["args"], "volumeMounts": mounts}
     options = extender_main.build_parser().parse_args(container["args"])
     extender_main.check(options)
     # it binds the default scheduler's pods, and answers only the client certificate made

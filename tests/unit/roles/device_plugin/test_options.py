@@ -24,6 +24,7 @@ health_address: 0.0.0.0:9410
 host_root: /
 lock_dir: /var/lib/hygon-dcu/locks
 log_level: info
+metrics_address: 127.0.0.1:9411
 pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock
 policy: pack
 resync_seconds: 30.0
@@ -151,28 +152,92 @@ def test_dtk_is_mounted_only_when_asked(render_dir: Path, default_render: RoleRu
     assert _host_paths(run)["/opt/dtk"] == "Directory"
 
 
-def test_metrics_service_reaches_the_health_port(default_render: RoleRun) -> None:
+def _container(run: RoleRun) -> dict[str, Any]:
+    (container,) = run.find("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+def test_metrics_are_on_loopback_by_default(default_render: RoleRun, tmp_path: Path) -> None:
+    # /metrics answers anyone who reaches it: by default only kubectl port-forward does
+    assert _settings(default_render, tmp_path).metrics_address == "127.0.0.1:9411"
+    container = _container(default_render)
+    assert [p["name"] for p in container["ports"]] == ["health"]  # the probes' alone
+    assert container["livenessProbe"]["httpGet"]["port"] == "health"
     service = default_render.find("Service", "hygon-dcu-device-plugin-metrics")
     daemonset = default_render.find("DaemonSet")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"] == daemonset["spec"]["selector"]["matchLabels"]
     (port,) = service["spec"]["ports"]
-    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    assert port["targetPort"] in [p["name"] for p in container["ports"]]
-    assert container["livenessProbe"]["httpGet"]["port"] == port["targetPort"]
+    assert (port["port"], port["targetPort"]) == (9411, "metrics")  # no endpoint on loopback
     assert not [o for o in default_render.objects() if o["kind"] == "ServiceMonitor"]
 
 
+def test_metrics_on_an_ipv6_loopback(render_dir: Path, tmp_path: Path) -> None:
+    run = run_role(
+        render_dir,
+        hygon_dcu_device_plugin_metrics_address="0:0::1",
+        hygon_dcu_device_plugin_metrics_port=9500,
+    )
+    assert run.returncode == 0, run.output
+    assert _settings(run, tmp_path).metrics_address == "[0:0::1]:9500"
+    assert [p["name"] for p in _container(run)["ports"]] == ["health"]
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        # a loopback address: the ServiceMonitor's Service would have no endpoint
+        (
+            {"hygon_dcu_device_plugin_service_monitor": True},
+            "set hygon_dcu_device_plugin_metrics_address to 0.0.0.0",
+        ),
+        (
+            {
+                "hygon_dcu_device_plugin_service_monitor": True,
+                "hygon_dcu_device_plugin_metrics_address": "::1",
+            },
+            "a loopback address",
+        ),
+        # not an IP address; nothing that could reach the ConfigMap as YAML of its own
+        (
+            {"hygon_dcu_device_plugin_metrics_address": "0.0.0.0\nlog_level: debug"},
+            "must be an IPv4 or IPv6 address",
+        ),
+        ({"hygon_dcu_device_plugin_metrics_address": "localhost"}, "must be an IPv4 or IPv6"),
+        ({"hygon_dcu_device_plugin_metrics_address": "0.0.0.0:9411"}, "must be an IPv4 or"),
+        ({"hygon_dcu_device_plugin_metrics_address": "[::]"}, "must be an IPv4 or IPv6"),
+        ({"hygon_dcu_device_plugin_metrics_address": ""}, "must be an IPv4 or IPv6"),
+        ({"hygon_dcu_device_plugin_metrics_port": 0}, "a port from 1 to 65535"),
+        ({"hygon_dcu_device_plugin_metrics_port": 65536}, "a port from 1 to 65535"),
+        ({"hygon_dcu_device_plugin_metrics_port": 9410}, "other than the health port"),
+    ],
+)
+def test_unreachable_or_bad_metrics_address_is_refused(
+    render_dir: Path, variables: dict[str, Any], message: str
+) -> None:
+    run = run_role(render_dir, **variables)
+    assert run.returncode != 0
+    assert message in run.output
+    assert not render_dir.exists()  # refused before anything is written
+
+
 def test_service_monitor_and_self_healing_when_asked(
-    render_dir: Path, default_render: RoleRun
+    render_dir: Path, default_render: RoleRun, tmp_path: Path
 ) -> None:
     run = run_role(
         render_dir,
         hygon_dcu_device_plugin_service_monitor=True,
         hygon_dcu_device_plugin_service_monitor_labels={"release": "prometheus"},
+        hygon_dcu_device_plugin_metrics_address="0.0.0.0",
         hygon_dcu_device_plugin_delete_pods_with_lost_partitions=True,
     )
     assert run.returncode == 0, run.output
+    # Prometheus reaches /metrics on the pod's address, on a port of its own
+    assert _settings(run, tmp_path).metrics_address == "0.0.0.0:9411"
+    declared = {p["name"]: p["containerPort"] for p in _container(run)["ports"]}
+    assert declared == {"health": 9410, "metrics": 9411}
+    (plugin_port,) = run.find("Service", "hygon-dcu-device-plugin-metrics")["spec"]["ports"]
+    assert (plugin_port["port"], plugin_port["targetPort"]) == (9411, "metrics")
     monitor = run.find("ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"

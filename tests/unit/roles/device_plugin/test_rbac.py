@@ -48,6 +48,9 @@ NAMESPACE = "hygon-dcu-system"
 CLUSTER = "cluster"
 LEASES = ("coordination.k8s.io", "leases")
 SCHEDULER = "hygon-dcu-scheduler"
+EXTENDER = "hygon-dcu-extender"
+# kube-scheduler's default lock namespace, away from the Leases every plugin may update
+LOCK_NAMESPACE = "kube-system"
 WEBHOOK = "hygon-dcu-admission"
 
 # (scope, apiGroup, resource, verb, resourceNames); scope is CLUSTER or a namespace.
@@ -134,15 +137,20 @@ def test_events_are_written_never_read_and_nothing_is_deleted_by_default(
             resource for _scope, _group, resource, verb, _names in grants if verb == "delete"
         }
         assert deleted == set()
-        # Leases are granted in the plugin's namespace only, never cluster-wide
-        assert {scope for scope, group, *_rest in grants if group == LEASES[0]} == {NAMESPACE}
+        # Leases are granted in the plugin's namespace only, never cluster-wide; beside it only
+        # the second scheduler's lock, by name, where kube-scheduler keeps its own
+        assert {
+            (scope, names)
+            for scope, group, _resource, _verb, names in grants
+            if group == LEASES[0] and scope != NAMESPACE
+        } <= {(LOCK_NAMESPACE, (SCHEDULER,))}
 
 
-def test_scheduler_pod_has_the_kube_scheduler_roles_and_the_extenders_calls(
+def test_scheduler_and_extender_beside_it_each_hold_their_own_calls(
     extender_render: RoleRun,
 ) -> None:
-    # One pod runs the second scheduler and the extender (docs/dev/extender.md): its account
-    # holds what kube-scheduler needs and exactly what the extender's code calls, nothing more.
+    # One pod runs the second scheduler and the extender (docs/dev/extender.md), two accounts:
+    # the pod's is kube-scheduler's, the extender's container mounts a token of its own.
     granted, external = _grants(extender_render)
     account = f"{NAMESPACE}/{SCHEDULER}"
     assert external[account] == {
@@ -150,26 +158,52 @@ def test_scheduler_pod_has_the_kube_scheduler_roles_and_the_extenders_calls(
         (CLUSTER, "ClusterRole", "system:volume-scheduler"),
         ("kube-system", "Role", "extension-apiserver-authentication-reader"),
     }
+    # the scheduler's lock: read and renewed by name (system:kube-scheduler creates it), and
+    # nothing of the extender's
+    assert granted[account] == {
+        (LOCK_NAMESPACE, *LEASES, "get", (SCHEDULER,)),
+        (LOCK_NAMESPACE, *LEASES, "update", (SCHEDULER,)),
+    }
     # the extender: pods anywhere (it binds pods of every namespace), Leases in the plugin's
     cluster, leases = _extender_calls() or (EXTENDER_CALLS, EXTENDER_LEASE_CALLS)
-    extender = _scoped(CLUSTER, cluster) | _scoped(NAMESPACE, leases)
-    # the scheduler's lock: create cannot be limited to a name; reading and renewing it can
-    lock = {
-        (NAMESPACE, *LEASES, "create", ()),
-        (NAMESPACE, *LEASES, "get", (SCHEDULER,)),
-        (NAMESPACE, *LEASES, "update", (SCHEDULER,)),
-    }
-    assert granted[account] == extender | lock
-    # ... and that name is the lock the scheduler's configuration takes
+    extender = f"{NAMESPACE}/{EXTENDER}"
+    assert granted[extender] == _scoped(CLUSTER, cluster) | _scoped(NAMESPACE, leases)
+    assert extender not in external
+    # ... and that lock is the one the scheduler's configuration takes
     configmap = extender_render.find("ConfigMap", SCHEDULER)
     (text,) = configmap["data"].values()
     election = yaml.safe_load(text)["leaderElection"]
     assert election["resourceLock"] == "leases"
-    assert (election["resourceNamespace"], election["resourceName"]) == (NAMESPACE, SCHEDULER)
+    assert (election["resourceNamespace"], election["resourceName"]) == (LOCK_NAMESPACE, SCHEDULER)
     # only the role's own service accounts are granted anything
     assert set(granted) | set(external) == {
-        f"{NAMESPACE}/{name}" for name in ("hygon-dcu-device-plugin", WEBHOOK, SCHEDULER)
+        f"{NAMESPACE}/{name}" for name in ("hygon-dcu-device-plugin", WEBHOOK, SCHEDULER, EXTENDER)
     }
+
+
+def test_the_extender_container_acts_as_its_own_account_beside_the_scheduler(
+    extender_render: RoleRun,
+) -> None:
+    # The pod's token (the scheduler's) is not mounted into the extender's container: that path
+    # holds the extender's token Secret, which the API server fills for the extender's account.
+    pod = extender_render.find("Deployment", SCHEDULER)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == SCHEDULER
+    containers = {container["name"]: container for container in pod["containers"]}
+    account_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    (mount,) = [m for m in containers["extender"]["volumeMounts"] if m["mountPath"] == account_dir]
+    assert mount["readOnly"] is True
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    secret = extender_render.find("Secret", volume["secret"]["secretName"])
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    assert secret["metadata"]["annotations"] == {"kubernetes.io/service-account.name": EXTENDER}
+    # the scheduler's container keeps the pod's own token (nothing mounted over it)
+    assert account_dir not in {m["mountPath"] for m in containers["kube-scheduler"]["volumeMounts"]}
+    # the account is applied before its token Secret (the API server deletes a token Secret
+    # whose account does not exist)
+    kinds = [(obj["kind"], obj["metadata"]["name"]) for obj in extender_render.objects()]
+    assert kinds.index(("ServiceAccount", EXTENDER)) < kinds.index(
+        ("Secret", secret["metadata"]["name"])
+    )
 
 
 def test_the_extender_alone_holds_its_own_calls_and_nothing_of_a_schedulers(
@@ -211,8 +245,10 @@ def test_each_binding_names_its_own_workload_only(
             if obj["kind"] in ("DaemonSet", "Deployment"):
                 spec = obj["spec"]["template"]["spec"]
                 users[obj["metadata"]["name"]] = spec.get("serviceAccountName", "default")
-        # every service account is used by exactly the workload of its name
-        assert {name: users[name] for name in accounts} == {name: name for name in accounts}
+        # every service account is used by exactly the workload of its name; beside the second
+        # scheduler the extender's by its container (the test above)
+        workloads = accounts - ({EXTENDER} if SCHEDULER in users else set())
+        assert {name: users[name] for name in workloads} == {name: name for name in workloads}
         for binding in run.objects():
             if not binding["kind"].endswith("RoleBinding"):
                 continue
@@ -220,14 +256,18 @@ def test_each_binding_names_its_own_workload_only(
             assert subject["namespace"] == NAMESPACE
             assert subject["name"] in accounts
             if binding["metadata"].get("namespace", NAMESPACE) != NAMESPACE:
-                # outside the role's namespace: only the API server's own reader Role
-                assert (binding["metadata"]["namespace"], binding["roleRef"]["name"]) == (
-                    "kube-system",
-                    "extension-apiserver-authentication-reader",
-                )
+                # outside the role's namespace: the API server's own reader Role and the
+                # scheduler's lock
+                assert (binding["metadata"]["namespace"], binding["roleRef"]["name"]) in {
+                    ("kube-system", "extension-apiserver-authentication-reader"),
+                    (LOCK_NAMESPACE, SCHEDULER),
+                }
         for role in run.objects():
-            if role["kind"] == "Role":
-                assert role["metadata"]["namespace"] == NAMESPACE
+            if role["kind"] == "Role" and role["metadata"]["namespace"] != NAMESPACE:
+                assert (role["metadata"]["namespace"], role["metadata"]["name"]) == (
+                    LOCK_NAMESPACE,
+                    SCHEDULER,
+                )
 
 
 def test_webhook_reads_the_leases_where_the_plugins_write_them(default_render: RoleRun) -> None:

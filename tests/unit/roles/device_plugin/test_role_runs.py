@@ -175,6 +175,7 @@ def test_absent_removes_the_webhook_configuration_first(
         "hygon-dcu-extender",
         "hygon-dcu-extender-tls",
         "hygon-dcu-extender-client",
+        "hygon-dcu-extender-token",
     }
     assert order[-1] == ("Namespace", "hygon-dcu-system")
     # everything a default run applies goes, even with the namespace kept
