@@ -137,11 +137,14 @@ def test_power_loss_with_self_healing_on(
         f"hygon_dcu_api_host={kube.node}",
         "-e",
         "hygon_dcu_device_plugin_delete_pods_with_lost_partitions=true",
+        # and the webhook off, which nothing here needs: its account goes with it
+        "-e",
+        "hygon_dcu_device_plugin_webhook_enabled=false",
     )
     wait_for("a Ready plugin pod with self-healing on", kube.ready_plugin_pod, 240)
-    # the opt-in, and only it, lets the plugin delete pods
+    # the opt-in, and only it, lets the plugin delete pods; the webhook's account holds nothing
     assert_privileges_as_documented(
-        kube, webhook_enabled=True, delete_pods_with_lost_partitions=True
+        kube, webhook_enabled=False, delete_pods_with_lost_partitions=True
     )
     name, uuid = wait_for(
         "the survivor running with its partition",
