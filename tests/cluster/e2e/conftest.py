@@ -9,7 +9,6 @@ restarts, power loss. Each module says what state it leaves the node in.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +17,6 @@ import pytest
 from e2e_support import (
     HOST_HYHAL,
     PLUGIN_IMAGE,
-    REPO,
     SIM_ROOT,
     SIMULATOR,
     VENV_BIN,
@@ -29,6 +27,7 @@ from e2e_support import (
     required_env,
     wait_for,
 )
+from playbook_runner import ansible_env
 
 
 @pytest.fixture(scope="session")
@@ -97,17 +96,7 @@ def playbooks(
             }
         )
     )
-    env = dict(os.environ)
-    env.update(
-        {
-            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
-            "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_FORCE_COLOR": "0",
-            "ANSIBLE_LOCALHOST_WARNING": "false",
-            "PATH": f"{VENV_BIN}:{env.get('PATH', '')}",
-        }
-    )
-    return Playbooks(inventory, env)
+    return Playbooks(inventory, ansible_env())
 
 
 @pytest.fixture(scope="session")

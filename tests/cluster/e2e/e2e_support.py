@@ -25,6 +25,7 @@ from hygon_dcu_plugin.vocabulary import (
     RESERVATION_ANNOTATION,
     SCHEDULER_NAME,
 )
+from playbook_runner import PlaybookRun, run_playbook
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = REPO / ".venv" / "bin"
@@ -179,30 +180,15 @@ class Playbooks:
     inventory: Path
     env: dict[str, str]
 
-    def run(self, name: str, *extra: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(self.inventory), name, *extra]
-        done = subprocess.run(
-            argv, check=False, capture_output=True, text=True, env=self.env, timeout=1500
-        )
+    def run(self, name: str, *extra: str, check: bool = True) -> PlaybookRun:
+        args = ["-i", str(self.inventory), name, *extra]
+        done = run_playbook(args, env=self.env, timeout=1500)
         if check and done.returncode != 0:
             pytest.fail(
-                f"{' '.join(argv)} failed ({done.returncode}):\n"
-                f"{done.stdout[-6000:]}\n{done.stderr[-2000:]}"
+                f"ansible-playbook {' '.join(args)} failed ({done.returncode}):\n"
+                f"{done.output[-8000:]}"
             )
         return done
-
-
-def recap_changed(output: str) -> int:
-    """Sum of changed= over every host of the PLAY RECAP."""
-    total = 0
-    in_recap = False
-    for line in output.splitlines():
-        if line.startswith("PLAY RECAP"):
-            in_recap = True
-            continue
-        if in_recap and "changed=" in line:
-            total += int(line.split("changed=", 1)[1].split()[0])
-    return total
 
 
 def partition_pod(

@@ -118,7 +118,7 @@ def test_power_loss_warned_then_reboot_recovery_replaces_the_pod(
         "-e",
         "hygon_dcu_recover_delete_stale_pods=true",
     )
-    assert name in recovery.stdout, recovery.stdout[-4000:]
+    assert name in recovery.output, recovery.output[-4000:]
     replacement = wait_for(
         "the Deployment's replacement running with a partition",
         lambda: running_with_partition(kube, cluster_sim),

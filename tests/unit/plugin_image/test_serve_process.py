@@ -269,28 +269,18 @@ def test_installed_with_the_collection_installed_serves(
     assert code == 0, err
 
 
-def test_a_taken_health_port_is_one_line_naming_the_flag(
-    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
+@pytest.mark.parametrize("listener", ["health", "metrics"])
+def test_a_taken_port_is_one_line_naming_the_flag(
+    world: tuple[Plugin, KubeletEmulator, FakeApiServer], listener: str
 ) -> None:
     plugin, _kubelet, _api = world
+    port = plugin.port if listener == "health" else plugin.metrics_port
     with socket.socket() as taken:
-        taken.bind(("127.0.0.1", plugin.port))
+        taken.bind(("127.0.0.1", port))
         taken.listen()
         line = one_line_failure(plugin.argv, plugin.env)
-    assert f"cannot listen on health_address 127.0.0.1:{plugin.port}" in line
-    assert "--health-address" in line
-
-
-def test_a_taken_metrics_port_is_one_line_naming_the_flag(
-    world: tuple[Plugin, KubeletEmulator, FakeApiServer],
-) -> None:
-    plugin, _kubelet, _api = world
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", plugin.metrics_port))
-        taken.listen()
-        line = one_line_failure(plugin.argv, plugin.env)
-    assert f"cannot listen on metrics_address 127.0.0.1:{plugin.metrics_port}" in line
-    assert "--metrics-address" in line
+    assert f"cannot listen on {listener}_address 127.0.0.1:{port}" in line
+    assert f"--{listener}-address" in line
 
 
 def test_an_empty_metrics_address_serves_no_metrics(

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from hygon_dcu_plugin.webhook.server import AdmissionServer, serve
+from playbook_runner import BIN, ansible_env
 
 SERVICE_DNS = "hygon-dcu-admission.hygon-dcu-system.svc"
 
@@ -238,18 +239,15 @@ def start_render(workdir: Path, variables: dict[str, Any]) -> subprocess.Popen[s
         "ansible_python_interpreter": sys.executable,
     }
     (workdir / "vars.json").write_text(json.dumps(extra))
-    env = {
-        **os.environ,
-        "ANSIBLE_LOCAL_TEMP": str(workdir / ".ansible-tmp"),
-        "ANSIBLE_REMOTE_TEMP": str(workdir / ".ansible-tmp"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_HOST_KEY_CHECKING": "0",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-    }
-    playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    # started, not waited for (the tests render while they do other work): the shared
+    # environment, with temporary directories of its own
+    env = ansible_env(
+        ANSIBLE_LOCAL_TEMP=str(workdir / ".ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(workdir / ".ansible-tmp"),
+    )
     return subprocess.Popen(
         [
-            playbook,
+            str(BIN / "ansible-playbook"),
             "-i",
             "localhost,",
             str(workdir / "play.yml"),

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from playbook_runner import REPO, PlaybookRun, run_playbook
 
-REPO = Path(__file__).resolve().parents[4]
+__all__ = ["REPO", "RoleRun", "run_role"]
+
 PLAYBOOK = REPO / "playbooks" / "deploy_device_plugin.yml"
-COLLECTIONS = REPO / ".venv" / "collections"
-ANSIBLE_PLAYBOOK = Path(sys.executable).with_name("ansible-playbook")
-RECAP = re.compile(
-    r"^localhost\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M
-)
 
 
 @dataclass
-class RoleRun:
-    returncode: int
-    output: str
-    changed: int | None
-    failed: int | None
+class RoleRun(PlaybookRun):
     render_dir: Path
 
     def objects(self) -> list[dict[str, Any]]:
@@ -48,35 +36,5 @@ class RoleRun:
 def run_role(render_dir: Path, *, check: bool = False, **extra_vars: Any) -> RoleRun:
     """ansible-playbook deploy_device_plugin.yml with render_dir and extra_vars (JSON)."""
     variables = {"hygon_dcu_device_plugin_render_dir": str(render_dir), **extra_vars}
-    env = {
-        **os.environ,
-        "ANSIBLE_COLLECTIONS_PATH": str(COLLECTIONS),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-    }
-    proc = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            str(PLAYBOOK),
-            "-e",
-            json.dumps(variables),
-            *(["--check"] if check else []),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        check=False,
-    )
-    output = proc.stdout + proc.stderr
-    recap = RECAP.search(output)
-    return RoleRun(
-        returncode=proc.returncode,
-        output=output,
-        changed=int(recap.group(1)) if recap else None,
-        failed=int(recap.group(2)) if recap else None,
-        render_dir=render_dir,
-    )
+    run = run_playbook([str(PLAYBOOK), *(["--check"] if check else [])], extra_vars=variables)
+    return RoleRun(run.returncode, run.output, run.hosts, render_dir)

@@ -246,10 +246,10 @@ def test_kubernetes_1_20_check_mode_install_and_second_run(
     )
 
 
-@pytest.fixture(scope="module")
-def api_extender() -> Iterator[FakeApiServer]:
+def _with_kube_system() -> Iterator[FakeApiServer]:
+    """A fake API server holding the API server's own namespace, where the second scheduler's
+    authentication-reader binding and its lock go."""
     api = FakeApiServer()
-    # the API server's own namespace: the scheduler's authentication-reader binding goes there
     api.seed(
         {
             "apiVersion": "v1",
@@ -258,6 +258,11 @@ def api_extender() -> Iterator[FakeApiServer]:
         }
     )
     yield from running(api)
+
+
+@pytest.fixture(scope="module")
+def api_extender() -> Iterator[FakeApiServer]:
+    yield from _with_kube_system()
 
 
 def _extenders(keys: Any) -> set[tuple[str, str, str]]:
@@ -386,15 +391,7 @@ def test_webhook_disabled_after_a_run_removes_it_configuration_first(
 
 @pytest.fixture(scope="module")
 def api_policies() -> Iterator[FakeApiServer]:
-    api = FakeApiServer()
-    api.seed(
-        {
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": "kube-system", "resourceVersion": "1"},
-        }
-    )
-    yield from running(api)
+    yield from _with_kube_system()
 
 
 PLUGIN, WEBHOOK, EXTENDER, SCHEDULER = (

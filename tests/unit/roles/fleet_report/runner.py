@@ -3,9 +3,6 @@ nodes, the way operators run it."""
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,24 +11,9 @@ from typing import Any
 
 import simnode
 import yaml
+from playbook_runner import BIN, REPO, ansible_env, run_playbook
 
-REPO = Path(__file__).resolve().parents[4]
-BIN = Path(sys.executable).parent
-
-RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
-
-
-def ansible_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".venv" / "collections"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-        "ANSIBLE_LOCALHOST_WARNING": "0",
-        "ANSIBLE_RETRY_FILES_ENABLED": "0",
-        "ANSIBLE_PIPELINING": "1",
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
+__all__ = ["BIN", "REPO", "ReportRun", "ansible_env", "hy_smi", "run_report", "write_inventory"]
 
 
 @dataclass
@@ -78,19 +60,12 @@ def write_inventory(
 
 
 def run_report(inventory: Path, *args: str, **extra_vars: Any) -> ReportRun:
-    argv = [str(BIN / "ansible-playbook"), "hygon.dcu.report", "-i", str(inventory), *args]
-    if extra_vars:
-        argv += ["-e", json.dumps(extra_vars)]
-    proc = subprocess.run(
-        argv, capture_output=True, text=True, env=ansible_env(), cwd=REPO, check=False
-    )
-    output = proc.stdout + proc.stderr
-    recap = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in RECAP.finditer(output)}
+    run = run_playbook(["hygon.dcu.report", "-i", str(inventory), *args], extra_vars=extra_vars)
     return ReportRun(
-        returncode=proc.returncode,
-        output=output,
-        changed={host: c for host, (c, _f) in recap.items()},
-        failed={host: f for host, (_c, f) in recap.items()},
+        returncode=run.returncode,
+        output=run.output,
+        changed={host: c for host, (c, _f) in run.hosts.items()},
+        failed={host: f for host, (_c, f) in run.hosts.items()},
     )
 
 

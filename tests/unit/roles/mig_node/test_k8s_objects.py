@@ -5,15 +5,15 @@ fields are errors), plus the pod choices the role makes from a node's pod list."
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
+from playbook_runner import run_playbook
 
-from .runner import BIN, REPO, ROLE, ansible_env
+from .runner import ROLE
 
 VERSIONS = [f"1.{minor}.0" for minor in range(28, 38)]
 NODE = "gpu-node-7.example.com"
@@ -109,9 +109,8 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "pods": PODS,
         "live_uuids": [LIVE_UUID],
     }
-    proc = subprocess.run(
+    run = run_playbook(
         [
-            str(BIN / "ansible-playbook"),
             str(Path(__file__).with_name("render_k8s.yml")),
             "-i",
             "localhost,",
@@ -119,16 +118,10 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "local",
             "-e",
             f"ansible_python_interpreter={sys.executable}",
-            "-e",
-            json.dumps(variables),
         ],
-        capture_output=True,
-        text=True,
-        env=ansible_env(),
-        cwd=REPO,
-        check=False,
+        extra_vars=variables,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert run.returncode == 0, run.output
     result: dict[str, Any] = json.loads(out.read_text())
     return result
 
