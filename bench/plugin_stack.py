@@ -21,10 +21,11 @@ from pathlib import Path
 from .instrument import own_method
 from .tables import REPO, SIMULATOR, simulated_node
 
-# The kubelet emulator and in-memory API server are test infrastructure of the plugin.
-_PLUGIN_TESTS = str(REPO / "tests" / "unit" / "plugin_image")
-if _PLUGIN_TESTS not in sys.path:
-    sys.path.append(_PLUGIN_TESTS)
+# The kubelet emulator and in-memory API server are test infrastructure of the plugin, on the
+# shared test floor.
+for _tests in ("tests/unit/plugin_image", "tests/support"):
+    if str(REPO / _tests) not in sys.path:
+        sys.path.append(str(REPO / _tests))
 
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: E402
 from fake_kube import FakeKube  # noqa: E402

@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import simnode
 import yaml
+from fake_api_server import FakeApiServer, pod
 from hygon_dcu_plugin.kube import API_ACCESS, LOST_POD_DELETE_ACCESS
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import minirun_spec
 
 from .conftest import REPO, podman
-from .fake_apiserver import FakeApiServer
 
 pytestmark = pytest.mark.image
 
@@ -166,9 +166,9 @@ class Deployment:
         dcu_state = self.state / "hygon-dcu"
         for directory in (plugin_dir, pod_resources, dcu_state):
             directory.mkdir(parents=True)
-        self.api = FakeApiServer()
-        port = self.api.start()
-        (self.state / "kubeconfig").write_text(self.api.kubeconfig(port))
+        # The plugin's watch ends every 5 s, as an API server's timeoutSeconds ends it.
+        self.api = FakeApiServer(watch_seconds=5.0).start()
+        self.api.kubeconfig(self.state / "kubeconfig")
         config = {
             "host_root": str(self.sim.root),
             "answer_root": str(self.sim.root),
@@ -256,7 +256,9 @@ def test_container_registers_advertises_and_allocates(
     assert registered, deployment.logs()
     assert kubelet.wait_for(lambda: kubelet.counts() == IDLE), (kubelet.counts(), deployment.logs())
 
-    deployment.api.add_pod("default", "w1", "node-1", {"main": {FAMILY: "1", P2G: "1"}})
+    deployment.api.seed(
+        pod("w1", "default", node="node-1", containers={"main": {FAMILY: "1", P2G: "1"}})
+    )
     responses = kubelet.admit("default", "w1", "main", {FAMILY: 1, P2G: 1})
     response = responses[FAMILY]
     visible = response.envs["DMI_MIG_VISIBLE_DEVICE"]
@@ -279,7 +281,9 @@ def test_container_registers_advertises_and_allocates(
     assert f"cu_count=20 memory_mib=16380 mig_uuid={visible.removeprefix('MIG-')}" in lines[0]
 
     # the pod was annotated through the API server, with only the calls RBAC grants
-    annotations = deployment.api.annotations("default", "w1")
+    stored = deployment.api.get("Pod", "w1", "default")
+    assert stored is not None
+    annotations = stored["metadata"]["annotations"]
     assert json.loads(annotations["hygon.com/dcu.partition.main"])["profile"] == "2g.15gb"
     used = {request.access for request in deployment.api.requests}
     assert ("", "pods", "patch") in used

@@ -99,7 +99,7 @@ shown "HYDMI_PROBE_VIEW=<node> dcu-probe" env HYDMI_PROBE_VIEW="$node" "$sim/bui
   true
 
 # 4/8 to 7/8: the device plugin, the kubelet emulator and the fake API server.
-PYTHONPATH="$collections:$repo/tests/unit/plugin_image:$sim" \
+PYTHONPATH="$collections:$repo/tests/unit/plugin_image:$repo/tests/support:$sim" \
   "$py" "$repo/tests/tools/demo_runtime.py" --node "$node" --state "$state" \
   --plugin-log "$logs/plugin.log" --collections "$collections" --first-step 4 --total 8 &
 runtime_pid=$!

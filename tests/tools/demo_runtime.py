@@ -2,8 +2,8 @@
 
 The real device plugin, `hygon-dcu-plugin serve`, serves the simulated node to the kubelet
 emulator (tests/unit/plugin_image/kubelet_emulator.py: the kubelet's Registration and
-PodResources gRPC services over unix sockets) and reads pods from a small in-process API server
-(tests/unit/plugin_image/fake_apiserver.py). Then, one step each:
+PodResources gRPC services over unix sockets) and reads pods from the test suite's stand-in for
+the API server (tests/support/fake_api_server). Then, one step each:
 
 - the plugin starts and registers its resources with the kubelet;
 - a pod asks for one 2g.15gb partition; the kubelet's Allocate makes the plugin carve it;
@@ -14,7 +14,7 @@ PodResources gRPC services over unix sockets) and reads pods from a small in-pro
 
 Every claim is checked as well as printed: the script exits 1, with the plugin's last log lines,
 when one does not hold. demo.sh puts tests/unit/plugin_image, tests/simulator and the venv's
-collections directory on PYTHONPATH.
+collections directory on PYTHONPATH, and tests/support.
 """
 
 from __future__ import annotations
@@ -28,14 +28,13 @@ import subprocess
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import simnode
-from fake_apiserver import FakeApiServer
+from fake_api_server import FakeApiServer, pod
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import minirun_spec
@@ -243,12 +242,13 @@ def demo(args: argparse.Namespace, plugin_env: dict[str, str]) -> int:
         step += 1
         say(f"{step}/{total} a pod asks for one {PROFILE} partition: Allocate carves it")
         limits = {FAMILY: "1", PROFILE_RESOURCE: "1"}
-        api.add_pod(NAMESPACE, POD, str(uuid.uuid4()), limits)
+        api.seed(pod(POD, NAMESPACE, node=NODE_NAME, containers={CONTAINER: limits}))
         print(f"    pod {NAMESPACE}/{POD}, container {CONTAINER}, limits:", flush=True)
         show("\n".join(f"  {k}: {v}" for k, v in limits.items()))
         answers = kubelet.admit(NAMESPACE, POD, CONTAINER, {FAMILY: 1, PROFILE_RESOURCE: 1})
         answer = answers[FAMILY]
-        annotations = api.pods[f"{NAMESPACE}/{POD}"]["metadata"].get("annotations", {})
+        stored = api.get("Pod", POD, NAMESPACE) or {"metadata": {}}
+        annotations = stored["metadata"].get("annotations", {})
         grant = json.loads(annotations[GRANT_ANNOTATION])
         granted_uuid = str(grant["uuid"])
         print(
@@ -279,7 +279,7 @@ def demo(args: argparse.Namespace, plugin_env: dict[str, str]) -> int:
 
         step += 1
         say(f"{step}/{total} the pod ends (phase Succeeded): the plugin reclaims its partition")
-        api.set_phase(NAMESPACE, POD, "Succeeded")
+        api.change("Pod", POD, NAMESPACE, status={"phase": "Succeeded"})
         with kubelet.lock:  # the kubelet keeps listing a finished pod, without its devices
             for container in kubelet.pods[f"{NAMESPACE}/{POD}"].containers:
                 container.devices.clear()

@@ -27,7 +27,6 @@ import subprocess
 import tempfile
 import time
 import urllib.request
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,8 @@ import grpc
 import pytest
 import simnode
 import yaml
-from fake_apiserver import FakeApiServer
+from fake_api_server import FakeApiServer
+from fake_api_server import pod as stored_pod
 from hygon_dcu_plugin.vocabulary import FAMILY
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import make_node, serve_argv
@@ -412,8 +412,7 @@ def scrape_plugin(tmp: Path) -> str:
     simnode.build()
     sim = make_node(tmp / "node")
     short = Path(tempfile.mkdtemp(prefix="hdo", dir="/tmp"))  # unix socket paths stay short
-    api = FakeApiServer()
-    api.start()
+    api = FakeApiServer().start()
     kubelet = KubeletEmulator(str(short / "dp"), str(short / "pr" / "kubelet.sock"))
     kubelet.start()
     port, metrics_port = free_port(), free_port()
@@ -435,9 +434,12 @@ def scrape_plugin(tmp: Path) -> str:
     try:
         assert kubelet.wait_for(lambda: kubelet.counts().get(P2G, 0) > 0), "never registered"
         assert wait_until(lambda: http_get(port, "/readyz")[0] == 200)
-        api.add_pod("team", "train", str(uuid.uuid4()), {FAMILY: "1", P2G: "1"})
+        api.seed(
+            stored_pod("train", "team", node="node-1", containers={"main": {FAMILY: "1", P2G: "1"}})
+        )
         kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
-        api.add_pod("team", "bad", str(uuid.uuid4()), {FAMILY: "1"})  # no profile: refused
+        # no profile: refused
+        api.seed(stored_pod("bad", "team", node="node-1", containers={"main": {FAMILY: "1"}}))
         with pytest.raises(grpc.RpcError):
             kubelet.admit("team", "bad", "main", {FAMILY: 1})
         # partition_info follows the grants on the next refresh.

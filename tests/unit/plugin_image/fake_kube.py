@@ -3,32 +3,12 @@
 from __future__ import annotations
 
 import itertools
-import re
 import threading
 import uuid
 from collections.abc import Callable
 
+from fake_api_server import annotation_key_problem
 from hygon_dcu_plugin.kube import ContainerSpec, KubeApiError, Pod, PodEvent, PodRef
-
-# The API server's rule for annotation keys, so the fakes refuse what a real one refuses:
-# an optional DNS-subdomain prefix (at most 253 characters) and "/", then a name of at most
-# 63 characters, alphanumeric at both ends, "-", "_", "." inside.
-_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
-
-def annotation_key_problem(key: str) -> str | None:
-    """Why the API server would refuse ``key`` (its wording, roughly), or None."""
-    prefix, slash, name = key.rpartition("/")
-    why = None
-    if slash and (len(prefix) > 253 or not _PREFIX.fullmatch(prefix)):
-        why = "prefix part must be a DNS subdomain"
-    elif len(name) > 63:
-        why = "name part must be no more than 63 characters"
-    elif not _NAME.fullmatch(name):
-        why = "name part must consist of alphanumeric characters, '-', '_' or '.'"
-    return None if why is None else f"metadata.annotations: Invalid value: {key!r}: {why}"
-
 
 PARTITION_2G = {"hygon.com/dcu.partitioned": "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import simnode
-from fake_kube import annotation_key_problem, limits_for
+from fake_api_server import annotation_key_problem
+from fake_kube import limits_for
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, RequestRefused, annotation_key
 from plugin_harness import Harness, make_node
 

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import LibraryUnusable
-from fake_apiserver import MICRO_TIME, FakeApiServer
+from fake_api_server import FakeApiServer, Fault, Hook, Request, pod
+from fake_api_server.validation import MICRO_TIME
 from fake_kube import FakeKube
 from hygon_dcu_plugin.geometry import GeoCard, Geometry, GeoOwner, GeoPlacement, GeoProfile, decode
 from hygon_dcu_plugin.kube import (
@@ -42,7 +43,6 @@ REPO = Path(__file__).resolve().parents[3]
 NAMESPACE = "hygon-dcu"
 NODE = "node-1"
 HOLDER = "plugin-pod-a"
-VERB = {"GET": "get", "POST": "create", "PUT": "update"}
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 ANNOTATION = GEOMETRY_ANNOTATION
 
@@ -58,12 +58,40 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
 
 @pytest.fixture
 def server() -> Iterator[FakeApiServer]:
-    api = FakeApiServer()
-    api.start()
-    yield api
-    if api.lease_hold is not None:
-        api.lease_hold.set()
-    api.stop()
+    with FakeApiServer() as api:
+        yield api
+        for behaviour in api.behaviours:
+            if isinstance(behaviour, Fault) and behaviour.hold is not None:
+                behaviour.hold.set()  # a hung call must not outlive the test
+
+
+def for_leases(request: Request) -> bool:
+    return request.is_for("leases")
+
+
+def lease_calls(server: FakeApiServer) -> list[tuple[str, int]]:
+    """(method, status) of every Lease call answered so far."""
+    return [(r.method, r.status) for r in server.requests_for("leases") if r.status]
+
+
+def lease_writes(server: FakeApiServer) -> list[tuple[str, dict[str, Any]]]:
+    """The creates and updates the server accepted, in order: (method, body)."""
+    return [
+        (r.method, r.body)
+        for r in server.requests_for("leases")
+        if r.method != "GET" and r.status in (200, 201)
+    ]
+
+
+def hang_leases(server: FakeApiServer) -> threading.Event:
+    """Every Lease call waits until the returned event is set: a hung API server."""
+    hold = threading.Event()
+    server.plug(Fault(for_leases, status=None, hold=hold))
+    return hold
+
+
+def stored_lease(server: FakeApiServer, name: str = NODE) -> dict[str, Any] | None:
+    return server.get("Lease", name, NAMESPACE)
 
 
 def real_api(server: FakeApiServer, tmp_path: Path, timeout: float = 5.0) -> KubernetesApi:
@@ -119,8 +147,7 @@ class World:
         return self.now
 
     def lease(self) -> dict[str, Any] | None:
-        lease: dict[str, Any] | None = self.server.lease(NAMESPACE, NODE)
-        return lease
+        return stored_lease(self.server)
 
     def published(self) -> Geometry | None:
         lease = self.lease()
@@ -133,8 +160,7 @@ class World:
         return published is not None and published.cards == wanted.cards
 
     def writes(self) -> list[tuple[str, dict[str, Any]]]:
-        writes: list[tuple[str, dict[str, Any]]] = self.server.lease_writes()
-        return writes
+        return lease_writes(self.server)
 
 
 @pytest.fixture
@@ -164,7 +190,7 @@ def messages(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def verbs_used(server: FakeApiServer) -> set[tuple[str, str, str]]:
-    return {("coordination.k8s.io", "leases", VERB[m]) for m, _k, _c, _b in server.lease_calls}
+    return {r.access for r in server.requests_for("leases")}
 
 
 def test_the_first_publish_creates_the_lease(server: FakeApiServer, tmp_path: Path) -> None:
@@ -176,7 +202,7 @@ def test_the_first_publish_creates_the_lease(server: FakeApiServer, tmp_path: Pa
     world.publisher.stop()
     lease = world.lease()
     assert lease is not None
-    assert [(m, c) for m, _k, c, _b in server.lease_calls] == [("GET", 404), ("POST", 201)]
+    assert lease_calls(server) == [("GET", 404), ("POST", 201)]
     assert lease["metadata"]["labels"] == {GEOMETRY_LABEL: "v1"}
     published = world.published()
     assert published is not None and published.cards == world.now.cards
@@ -263,17 +289,17 @@ def test_an_outage_is_retried_with_backoff_logged_once_and_recovers(
     world: World, server: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.publisher")
-    server.lease_status = 503
+    outage = server.plug(Fault(for_leases, status=503))
     world.publisher.start()
-    assert wait_until(lambda: len(server.lease_calls) >= 4)
-    window_start = len(server.lease_calls)
+    assert wait_until(lambda: len(lease_calls(server)) >= 4)
+    window_start = len(lease_calls(server))
     for _notify in range(100):  # notifications do not shorten the backoff
         world.publisher.notify()
         time.sleep(0.01)
-    during_second = len(server.lease_calls) - window_start
+    during_second = len(lease_calls(server)) - window_start
     assert during_second <= 6, during_second  # backoff 0.3 s at most here: about 3-4
     assert world.lease() is None
-    server.lease_status = None
+    server.unplug(outage)
     assert wait_until(lambda: "geometry published again" in messages(caplog), timeout=5)
     assert world.lease() is not None
     warnings = records(caplog, logging.WARNING)
@@ -285,11 +311,19 @@ def test_a_conflict_is_retried_with_the_new_version(
 ) -> None:
     world.publisher.start()
     assert wait_until(lambda: world.lease() is not None)
-    server.interfere = 1  # another writer updates the Lease right after our next read
+    # another writer updates the Lease right after our next read
+    server.plug(
+        Hook(
+            lambda r: r.is_for("leases", method="GET", named=True),
+            lambda api, _r: api.change("Lease", NODE, NAMESPACE),
+            after_request=True,
+            times=1,
+        )
+    )
     world.now = geometry("pod-a")
     world.publisher.notify()
     assert wait_until(lambda: world.shows(world.now))
-    codes = [(m, c) for m, _k, c, _b in server.lease_calls]
+    codes = lease_calls(server)
     assert ("PUT", 409) in codes
     assert codes[-1] == ("PUT", 200)
     assert any("409" in str(getattr(r, "error", "")) for r in records(caplog))
@@ -298,7 +332,7 @@ def test_a_conflict_is_retried_with_the_new_version(
 def test_notify_returns_at_once_while_the_server_hangs(
     server: FakeApiServer, tmp_path: Path
 ) -> None:
-    server.lease_hold = hold = threading.Event()
+    hold = hang_leases(server)
     world = World(server, tmp_path, timeout=10.0)
     try:
         world.publisher.start()
@@ -309,7 +343,7 @@ def test_notify_returns_at_once_while_the_server_hangs(
             world.now = geometry(f"pod-{i}")
             world.publisher.notify()
         assert time.monotonic() - started < 0.1
-        assert server.lease_calls == []  # nothing answered yet
+        assert lease_calls(server) == []  # nothing answered yet
         hold.set()
         last = world.now
         assert wait_until(lambda: world.shows(last))
@@ -319,7 +353,7 @@ def test_notify_returns_at_once_while_the_server_hangs(
 
 
 def test_stop_is_bounded_while_the_server_hangs(server: FakeApiServer, tmp_path: Path) -> None:
-    server.lease_hold = hold = threading.Event()
+    hold = hang_leases(server)
     world = World(server, tmp_path, timeout=10.0)
     world.publisher.start()
     assert wait_until(lambda: world.snapshots >= 1)
@@ -330,7 +364,7 @@ def test_stop_is_bounded_while_the_server_hangs(server: FakeApiServer, tmp_path:
     hold.set()
     world.publisher.stop()
     assert not world.publisher.alive()  # ... which ends it: the call in flight, no more rounds
-    assert [m for m, _k, _c, _b in server.lease_calls] == ["GET", "POST"]
+    assert [m for m, _c in lease_calls(server)] == ["GET", "POST"]
 
 
 def test_a_round_stopped_before_its_write_writes_nothing(
@@ -343,7 +377,7 @@ def test_a_round_stopped_before_its_write_writes_nothing(
     gate.set()
     world.publisher.stop()
     assert not world.publisher.alive()
-    assert server.lease_calls == []
+    assert lease_calls(server) == []
 
 
 def test_a_failing_snapshot_publishes_nothing_not_even_the_heartbeat(
@@ -355,7 +389,7 @@ def test_a_failing_snapshot_publishes_nothing_not_even_the_heartbeat(
         world.broken = RuntimeError("management library unusable")
         world.publisher.start()
         assert wait_until(lambda: world.snapshots >= 3)
-        assert server.lease_calls == []
+        assert lease_calls(server) == []
         world.broken = None
         assert wait_until(lambda: world.lease() is not None)
         writes = len(world.writes())
@@ -378,7 +412,7 @@ def test_a_geometry_the_extender_would_refuse_is_not_published(
     world.now = geometry(slices=65)  # more slices than the extender reads
     world.publisher.start()
     assert wait_until(lambda: world.snapshots >= 2)
-    assert server.lease_calls == []
+    assert lease_calls(server) == []
     assert any(
         "not one the extender can read" in str(getattr(r, "error", "")) for r in records(caplog)
     )
@@ -430,13 +464,13 @@ def test_lease_names_are_checked_before_any_call(
     api = real_api(server, tmp_path)
     with pytest.raises(KubeApiError, match=re.escape(message)):
         api.put_geometry_lease(namespace, name, "{}", HOLDER, 40)
-    assert server.lease_calls == []
+    assert lease_calls(server) == []
 
 
 def test_a_node_name_with_dots_is_a_legal_lease_name(server: FakeApiServer, tmp_path: Path) -> None:
     api = real_api(server, tmp_path)
     api.put_geometry_lease(NAMESPACE, "gpu-7.rack-2.example.com", "{}", HOLDER, 40)
-    assert server.lease(NAMESPACE, "gpu-7.rack-2.example.com") is not None
+    assert stored_lease(server, "gpu-7.rack-2.example.com") is not None
 
 
 @pytest.mark.parametrize(
@@ -470,7 +504,7 @@ class LeasingKube(FakeKube):  # type: ignore[misc]
 
 
 def lease_geometry(server: FakeApiServer) -> Geometry | None:
-    lease = server.lease(NAMESPACE, NODE)
+    lease = stored_lease(server)
     return None if lease is None else decode(lease["metadata"]["annotations"][ANNOTATION])
 
 
@@ -490,7 +524,7 @@ def test_the_runtime_publishes_after_allocate_and_after_reclaim(
         empty = lease_geometry(server)
         assert empty is not None
         assert len(empty.cards) == 8 and not any(c.occupied or c.owners for c in empty.cards)
-        lease = server.lease(NAMESPACE, NODE)
+        lease = stored_lease(server)
         assert lease is not None and lease["spec"]["holderIdentity"] == socket.gethostname()
         assert lease["spec"]["leaseDurationSeconds"] == 40
 
@@ -642,9 +676,9 @@ def test_serve_publishes_the_lease_in_the_pod_namespace(
         first = lease_geometry(server)
         assert first is not None and len(first.cards) == 8
         assert kubelet.wait_for(lambda: kubelet.counts().get(P2G) == 32)
-        server.add_pod("team", "train", str(uuid.uuid4()), {FAMILY: "1", P2G: "1"})
+        train = pod("train", "team", node=NODE, containers={"main": {FAMILY: "1", P2G: "1"}})
+        uid = server.seed(train)["metadata"]["uid"]
         kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
-        uid = server.pods["team/train"]["metadata"]["uid"]
         assert wait_until(
             lambda: (
                 (g := lease_geometry(server)) is not None

@@ -13,14 +13,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 import simnode
-from fake_apiserver import FakeApiServer
+from fake_api_server import FakeApiServer, pod
 from hygon_dcu_plugin.cli import KILL_AT_ENV
 from hygon_dcu_plugin.vocabulary import FAMILY
 from kubelet_emulator import KubeletEmulator
@@ -84,8 +83,7 @@ class Plugin:
 def world(
     bw_node: simnode.SimNode, short_tmp: Path
 ) -> Iterator[tuple[Plugin, KubeletEmulator, FakeApiServer]]:
-    api = FakeApiServer()
-    api.start()
+    api = FakeApiServer().start()
     kubelet = KubeletEmulator(str(short_tmp / "dp"), str(short_tmp / "pr" / "kubelet.sock"))
     kubelet.start()
     plugin = Plugin(bw_node, short_tmp, api, kubelet)
@@ -94,6 +92,17 @@ def world(
         plugin.stop()
     kubelet.stop()
     api.stop()
+
+
+def admit_pod(api: FakeApiServer, name: str, container: str = "main") -> None:
+    """The pod the kubelet is about to admit, bound to the plugin's node."""
+    api.seed(pod(name, "team", node="node-1", containers={container: LIMITS}))
+
+
+def pod_annotations(api: FakeApiServer, name: str) -> dict[str, str]:
+    stored = api.get("Pod", name, "team")
+    assert stored is not None, name
+    return dict(stored["metadata"].get("annotations") or {})
 
 
 def ready(kubelet: KubeletEmulator) -> bool:
@@ -117,17 +126,19 @@ def test_serve_registers_allocates_reports_and_stops(
     plugin.start()
     assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
     assert wait_until(lambda: plugin.get("/readyz")[0] == 200)
-    api.add_pod("team", "train", str(uuid.uuid4()), LIMITS)
+    admit_pod(api, "train")
     responses = kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
     assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
-    annotation = api.pods["team/train"]["metadata"]["annotations"]["hygon.com/dcu.partition.main"]
+    annotation = pod_annotations(api, "train")["hygon.com/dcu.partition.main"]
     assert json.loads(annotation)["profile"] == "2g.15gb"
-    assert api.list_calls >= 1  # the pods of the node, read through the real client
+    assert api.requests_for(
+        "pods", method="GET", named=False
+    )  # the pods of the node, read through the real client
     status, text = plugin.get("/metrics", plugin.metrics_port)
     assert status == 200 and 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
     assert plugin.get("/metrics") == (404, "")  # not on the probes' listener
     assert plugin.get("/readyz", plugin.metrics_port) == (404, "")
-    api.delete_pod("team", "train")
+    api.remove("Pod", "train", "team")
     kubelet.remove_pod("team", "train")
     assert kubelet.wait_for(
         lambda: kubelet.counts().get("hygon.com/dcu.partitioned.mig-4g.31gb") == 16
@@ -145,10 +156,10 @@ def test_a_container_with_a_63_character_name_gets_its_partition(
     container = "c" * 62 + "9"
     plugin.start()
     assert kubelet.wait_for(lambda: ready(kubelet)), plugin.stop()
-    api.add_pod("team", "long", str(uuid.uuid4()), LIMITS, container=container)
+    admit_pod(api, "long", container)
     responses = kubelet.admit("team", "long", container, {FAMILY: 1, P2G: 1})
     assert responses[FAMILY].envs["DMI_MIG_VISIBLE_DEVICE"].startswith("MIG-")
-    (grant,) = api.pods["team/long"]["metadata"]["annotations"].values()
+    (grant,) = pod_annotations(api, "long").values()
     assert json.loads(grant)["container"] == container
     assert len(bw_live_instances(plugin)) == 1
     code, err = plugin.stop()
@@ -167,13 +178,13 @@ def test_killed_through_the_hook_then_restarted_converges(
     plugin, kubelet, api = world
     plugin.start(kill_at=step)
     assert kubelet.wait_for(lambda: ready(kubelet))
-    api.add_pod("team", "victim", str(uuid.uuid4()), LIMITS)
+    admit_pod(api, "victim")
     with pytest.raises(grpc.RpcError):
         kubelet.admit("team", "victim", "main", {FAMILY: 1, P2G: 1})
     assert plugin.process is not None
     assert plugin.process.wait(timeout=30) == -signal.SIGKILL
     assert bw_node.status().gpu_instances
-    api.set_phase("team", "victim", "Failed")  # the kubelet rejected the pod
+    api.change("Pod", "victim", "team", status={"phase": "Failed"})  # the kubelet rejected the pod
     plugin.start()
     assert wait_until(lambda: not bw_node.status().gpu_instances)
     assert kubelet.wait_for(lambda: ready(kubelet))

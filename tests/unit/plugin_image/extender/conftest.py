@@ -27,9 +27,8 @@ def authority() -> Authority:
 @pytest.fixture
 def cluster() -> Iterator[FakeCluster]:
     fake = FakeCluster()
-    fake.start()
-    yield fake
-    fake.stop()
+    with fake:  # serving on 127.0.0.1 until the test ends
+        yield fake
 
 
 @pytest.fixture(scope="session")

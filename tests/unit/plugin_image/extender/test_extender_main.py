@@ -225,7 +225,7 @@ def test_a_retry_to_another_node_while_the_first_bind_runs_leaves_the_pod_bound_
             assert time.monotonic() < deadline
             time.sleep(0.01)
 
-    cluster.before_binding = delay_the_first
+    cluster.before_each_binding(delay_the_first)
     process = Process(tmp_path, authority, cluster, "--refresh-seconds", "0.2")
     try:
         running = process.ready_client(authority)

@@ -31,8 +31,7 @@ def _peak_kib(pid: int) -> int:
 
 def _lease_pages(cluster: FakeCluster) -> int:
     """Lease list calls so far (a page each; the extender lists at every refresh)."""
-    with cluster.lock:
-        return sum(1 for _method, path in cluster.calls if path.endswith("/leases"))
+    return len(cluster.requests_for("leases", method="GET", named=False))
 
 
 def test_peak_memory_with_the_costliest_leases(

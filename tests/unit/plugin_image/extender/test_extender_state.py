@@ -97,11 +97,14 @@ def _reserve(
     """What bind leaves: the pod annotated, labelled and bound, and its entry in the table."""
     pod = cluster.add_pod(name, {c: profile_limits(r.profile) for c, r in containers.items()})
     reservation = Reservation("node-a", made_at, containers)
-    with cluster.lock:
-        stored = cluster.pods[("ml", name)]
-        stored["metadata"]["annotations"] = {RESERVATION_ANNOTATION: encode(reservation)}
-        stored["metadata"]["labels"] = {RESERVED_LABEL: "true"}
-        stored["spec"]["nodeName"] = "node-a"
+    cluster.change_pod(
+        name,
+        metadata={
+            "annotations": {RESERVATION_ANNOTATION: encode(reservation)},
+            "labels": {RESERVED_LABEL: "true"},
+        },
+        spec={"nodeName": "node-a"},
+    )
     info = state.api.get_pod("ml", name)
     assert info is not None and info.ref.uid == pod["metadata"]["uid"]
     state.hold(info.ref, reservation)
@@ -181,16 +184,13 @@ def test_the_rebuild_keeps_each_bound_reservation_whatever_its_age_and_skips_the
     fresh = _reserve(state, cluster, "fresh", T0 - 10, main=Reserved(pci, "2g.15gb", 0, 1))
     old = _reserve(state, cluster, "old", T0 - 86400, main=Reserved(pci, "2g.15gb", 1, 1))
     garbled = _reserve(state, cluster, "garbled", T0, main=Reserved(pci, "2g.15gb", 2, 1))
-    with cluster.lock:
-        cluster.pods[("ml", "garbled")]["metadata"]["annotations"][RESERVATION_ANNOTATION] = "{"
+    cluster.change_pod("garbled", metadata={"annotations": {RESERVATION_ANNOTATION: "{"}})
     elsewhere = _reserve(state, cluster, "moved", T0, main=Reserved(pci, "2g.15gb", 3, 1))
-    with cluster.lock:
-        cluster.pods[("ml", "moved")]["spec"]["nodeName"] = "node-b"
+    cluster.change_pod("moved", spec={"nodeName": "node-b"})
     finished = _reserve(state, cluster, "finished", T0, main=Reserved(pci, "2g.15gb", 0, 1))
     cluster.set_phase("finished", "Failed")
     unbound = _reserve(state, cluster, "unbound", T0, main=Reserved(pci, "2g.15gb", 0, 1))
-    with cluster.lock:
-        del cluster.pods[("ml", "unbound")]["spec"]["nodeName"]
+    cluster.change_pod("unbound", spec={"nodeName": None})
     restarted = make_state(cluster, tmp_path, clock, reservation_seconds=300)
     assert not restarted.ready
     assert restarted.rebuild()
@@ -210,7 +210,7 @@ def test_a_failed_list_keeps_the_view_and_the_reservations(
     assert state.rebuild()
     state.refresh()
     pod = _reserve(state, cluster, "kept", T0, main=Reserved(geometry.cards[0].pci, "2g", 1, 1))
-    cluster.lease_list_status = 500
+    cluster.fail_lease_lists(500)
     assert state.refresh() == []
     assert state.held(pod.ref.uid) is not None
     view = state.node_state("node-a")
@@ -264,11 +264,10 @@ def test_labelled_pods_outside_the_table_are_taken_back_or_unlabelled(
         assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
     cluster.put_lease("node-a", text(occupy(geometry, 0, 0, 1, owner=uids["carved"])), renewed=T0)
     cluster.set_phase("finished", "Succeeded")
-    with cluster.lock:
-        for name in ("fresh-unbound", "old-unbound"):
-            del cluster.pods[("ml", name)]["spec"]["nodeName"]
-        cluster.pods[("ml", "moved")]["spec"]["nodeName"] = "node-b"
-        cluster.pods[("ml", "unreadable")]["metadata"]["annotations"][RESERVATION_ANNOTATION] = "{"
+    for name in ("fresh-unbound", "old-unbound"):
+        cluster.change_pod(name, spec={"nodeName": None})
+    cluster.change_pod("moved", spec={"nodeName": "node-b"})
+    cluster.change_pod("unreadable", metadata={"annotations": {RESERVATION_ANNOTATION: "{"}})
     assert state.refresh() == []
     assert [name for name in names if state.held(uids[name]) is not None] == ["lost"]
     labelled = {
@@ -287,11 +286,11 @@ def test_a_pod_written_since_the_list_keeps_its_label(
     assert state.rebuild()
     pod = _reserve(state, cluster, "rebound", T0 - 400, main=Reserved(pci, "2g.15gb", 0, 1))
     assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
-    with cluster.lock:  # never bound (its Binding was refused): no longer in the table
-        del cluster.pods[("ml", "rebound")]["spec"]["nodeName"]
+    # never bound (its Binding was refused): no longer in the table
+    cluster.change_pod("rebound", spec={"nodeName": None})
     # A bind writes the pod after the refresh listed it: the unlabel (at the listed
     # resourceVersion) is refused and the label stays.
-    cluster.before_patch = lambda namespace, name: cluster.touch_pod(name, namespace)
+    cluster.touch_before_each_patch()
     assert state.refresh() == []
     assert RESERVED_LABEL in cluster.pod("rebound")["metadata"]["labels"]
 

@@ -228,7 +228,7 @@ def test_a_bind_whose_pod_changed_is_refused_and_leaves_no_entry(
     pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
     uid = pod["metadata"]["uid"]
     # Someone changes the pod after the extender read it and before its patch.
-    cluster.before_patch = lambda namespace, name: cluster.touch_pod(name, namespace)
+    touching = cluster.touch_before_each_patch()
     error = running.bind(pod, "node-a")
     assert "the pod changed since it was read (HTTP 409)" in error
     assert running.state.held(uid) is None
@@ -237,10 +237,10 @@ def test_a_bind_whose_pod_changed_is_refused_and_leaves_no_entry(
     assert RESERVATION_ANNOTATION not in stored["metadata"].get("annotations", {})
     assert running.metric('hygon_dcu_extender_binds_total{outcome="pod-changed"}') == 1
     # The scheduler's retry reads the pod again and succeeds.
-    cluster.before_patch = None
+    cluster.unplug(touching)
     assert running.bind(pod, "node-a") == ""
     assert running.state.held(uid) is not None
-    assert cluster.patch_types == ["application/merge-patch+json"] * 2
+    assert cluster.patch_types_sent() == ["application/merge-patch+json"] * 2
 
 
 def test_a_refused_binding_drops_the_entry_and_an_unknown_outcome_keeps_it_for_the_retry(
@@ -249,17 +249,18 @@ def test_a_refused_binding_drops_the_entry_and_an_unknown_outcome_keeps_it_for_t
     cluster.put_lease("node-a", text(geometries.empty()), renewed=T0)
     running.state.refresh()
     refused = cluster.add_pod("refused", {"main": profile_limits("2g.15gb")})
-    cluster.binding_status = 403
+    refusal = cluster.refuse_bindings(403)
     assert "HTTP 403" in running.bind(refused, "node-a")
     assert running.state.held(refused["metadata"]["uid"]) is None
 
     retried = cluster.add_pod("retried", {"main": profile_limits("2g.15gb")})
-    cluster.binding_status = 503  # the outcome is unknown: the pod may be bound
+    cluster.unplug(refusal)
+    outage = cluster.refuse_bindings(503)  # the outcome is unknown: the pod may be bound
     assert "HTTP 503" in running.bind(retried, "node-a")
     held = running.state.held(retried["metadata"]["uid"])
     assert held is not None
     written = cluster.pod("retried")["metadata"]["annotations"][RESERVATION_ANNOTATION]
-    cluster.binding_status = None
+    cluster.unplug(outage)
     assert running.bind(retried, "node-a") == ""
     # The retry bound the reservation made before: same entry, annotation not rewritten.
     assert running.state.held(retried["metadata"]["uid"]) is held
@@ -278,9 +279,9 @@ def test_after_a_bind_of_unknown_outcome_a_bind_to_another_node_is_refused(
     running.state.refresh()
     pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
     uid = pod["metadata"]["uid"]
-    cluster.binding_status = 503
+    outage = cluster.refuse_bindings(503)
     assert "HTTP 503" in running.bind(pod, "node-a")
-    cluster.binding_status = None
+    cluster.unplug(outage)
     error = running.bind(pod, "node-b")
     assert error.startswith("the earlier bind of pod ml/train to node-a has an unknown outcome")
     stored = cluster.pod("train")
@@ -301,9 +302,9 @@ def test_a_binding_of_unknown_outcome_holds_the_pod_only_while_it_can_land(
     cluster.put_lease("node-b", text(one_card), renewed=T0)
     pod = cluster.add_pod("train", {"main": profile_limits("2g.15gb")})
     with serving(tmp_path, authority, cluster, clock=clock) as running:
-        cluster.binding_status = 503
+        outage = cluster.refuse_bindings(503)
         assert "HTTP 503" in running.bind(pod, "node-a")
-        cluster.binding_status = None
+        cluster.unplug(outage)
         assert "unknown outcome" in running.bind(pod, "node-b")
         clock.elapse(61)  # past kube-apiserver's request timeout: it cannot land any more
         cluster.put_lease("node-b", text(one_card), renewed=clock.now)
@@ -328,7 +329,7 @@ def test_a_retry_to_the_same_node_while_the_first_bind_runs_answers_its_outcome(
             first_arrived.set()
             threading.Event().wait(0.5)
 
-    cluster.before_binding = slow_first
+    cluster.before_each_binding(slow_first)
     errors: list[str] = []
     first = threading.Thread(target=lambda: errors.append(running.bind(pod, "node-a")))
     first.start()
@@ -336,7 +337,7 @@ def test_a_retry_to_the_same_node_while_the_first_bind_runs_answers_its_outcome(
     errors.append(running.bind(pod, "node-a"))
     first.join(30)
     assert errors == ["", ""]
-    assert [method for method, path in cluster.calls if path.endswith("/binding")] == ["POST"]
+    assert [r.method for r in cluster.requests if r.path.endswith("/binding")] == ["POST"]
     assert running.metric('hygon_dcu_extender_binds_total{outcome="bound"}') == 1
     assert running.metric('hygon_dcu_extender_binds_total{outcome="already-bound"}') == 1
     assert len(running.extender.pod_locks) == 0
@@ -458,10 +459,13 @@ def test_a_restarted_extender_rebuilds_its_reservations_from_the_pods(
     done = cluster.add_pod(
         "done", {"main": profile_limits("2g.15gb")}, phase="Succeeded", node="node-a"
     )
-    cluster.pods[("ml", "done")]["metadata"]["annotations"] = dict(
-        cluster.pod("first")["metadata"]["annotations"]
+    cluster.change_pod(
+        "done",
+        metadata={
+            "annotations": cluster.pod("first")["metadata"]["annotations"],
+            "labels": {RESERVED_LABEL: "true"},
+        },
     )
-    cluster.pods[("ml", "done")]["metadata"]["labels"] = {RESERVED_LABEL: "true"}
     with serving(tmp_path / "two", authority, cluster) as running:
         again = running.state.held(first["metadata"]["uid"])
         assert again is not None and held is not None
@@ -508,7 +512,7 @@ def test_health_and_the_verbs_wait_for_the_first_lists(
         assert running.request("GET", "/healthz") == (200, b"ok\n")
         status, _ignored = running.request("HEAD", "/healthz")
         assert status == 200
-        cluster.lease_list_status = 500
+        cluster.fail_lease_lists(500)
         running.state.refresh()
         assert running.state.health()[0]  # one failed list is within three periods
         import time  # noqa: PLC0415
@@ -532,21 +536,12 @@ def test_every_api_call_is_covered_by_the_rbac_constants_and_each_constant_is_us
         clock.now += 11
         running.state.refresh()  # not carved in time: a Warning Event
     used: set[tuple[str, str, str]] = set()
-    for method, path in cluster.calls:
-        parts = path.strip("/").split("/")
-        group = "coordination.k8s.io" if parts[0] == "apis" else ""
-        if parts[-1] == "binding":
-            resource, verb = "pods/binding", "create"
-        elif "leases" in parts:
-            resource, verb = "leases", "list" if parts[-1] == "leases" else "get"
-        elif "events" in parts:
-            resource, verb = "events", "create"
-        else:
-            resource = "pods"
-            verb = {"PATCH": "patch", "GET": "list" if parts[-1] == "pods" else "get"}[method]
+    for request in cluster.requests:
+        group, resource, verb = request.access  # as an RBAC rule names it
         used.add((group, resource, verb))
         if resource == "leases":
-            assert parts[4] == NAMESPACE  # the namespaced Role's namespace, nothing else
+            namespace = request.route.namespace if request.route is not None else ""
+            assert namespace == NAMESPACE  # the namespaced Role's namespace, nothing else
     assert used == set(EXTENDER_ACCESS) | set(EXTENDER_LEASE_ACCESS)
 
 
@@ -675,8 +670,7 @@ def test_bind_serves_only_pods_of_its_own_scheduler(
     cluster.put_lease("node-a", text(geometries.empty()), renewed=T0)
     running.state.refresh()
     pod = cluster.add_pod("other", {"main": profile_limits("2g.15gb")})
-    with cluster.lock:
-        cluster.pods[("ml", "other")]["spec"]["schedulerName"] = "default-scheduler"
+    cluster.change_pod("other", spec={"schedulerName": "default-scheduler"})
     error = running.bind(pod, "node-a")
     assert error == (
         "pod ml/other names scheduler 'default-scheduler', not 'hygon-dcu-scheduler'; this "

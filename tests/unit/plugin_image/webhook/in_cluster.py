@@ -1,19 +1,19 @@
-"""The fake API server (fake_apiserver.py) as a pod's service account reaches it: over TLS on
-127.0.0.1, with the token and the CA in files, so the webhook's real in-cluster client
-(``load_incluster_config``, as webhook/offered.py calls it) lists its Leases, in this process
-or in a child."""
+"""The shared fake API server (tests/support/fake_api_server) as a pod's service account
+reaches it: over TLS on 127.0.0.1, with the token and the CA in files, so the webhook's real
+in-cluster client (``load_incluster_config``, as webhook/offered.py calls it) lists its
+Leases, in this process or in a child."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer
+from fake_api_server import FakeApiServer, Fault, Request
 from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION, GEOMETRY_LABEL, GEOMETRY_LABEL_VALUE
 from kubernetes import client
 from kubernetes.config import incluster_config
@@ -24,7 +24,7 @@ NAMESPACE = "hygon-dcu-system"
 
 @dataclass
 class InCluster:
-    api: Any  # the FakeApiServer (an untyped test helper)
+    api: FakeApiServer
     token_file: Path
     ca_file: Path
 
@@ -33,7 +33,7 @@ class InCluster:
         """The variables the kubelet sets in every pod."""
         return {
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(self.api.http.server_address[1]),
+            "KUBERNETES_SERVICE_PORT": str(self.api.port),
         }
 
     def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,6 +53,32 @@ class InCluster:
             f"loader.SERVICE_CERT_FILENAME = {str(self.ca_file)!r}"
         )
 
+    def lease_lists(self) -> list[dict[str, str]]:
+        """The query of every Lease list the server received, in order."""
+        return [r.query for r in self.api.requests_for("leases", method="GET", named=False)]
+
+    def expire_continues(self, times: int) -> None:
+        """The next ``times`` continued Lease lists are answered 410 Expired: the token
+        outlived etcd's compaction."""
+
+        def continued(request: Request) -> bool:
+            return request.is_for("leases", method="GET", named=False) and bool(
+                request.query.get("continue")
+            )
+
+        self.api.plug(
+            Fault(
+                continued,
+                status=410,
+                reason="Expired",
+                message="The provided continue parameter is too old; start a new list",
+                times=times,
+            )
+        )
+
+    def delete_lease(self, name: str) -> None:
+        self.api.remove("Lease", name, NAMESPACE)
+
     def put_lease(self, name: str, text: str) -> None:
         """A node's geometry Lease, created as its device plugin creates it."""
         body = {
@@ -66,8 +92,13 @@ class InCluster:
             },
             "spec": {"holderIdentity": name, "leaseDurationSeconds": 40},
         }
-        code, answer = self.api.serve_lease("POST", f"{NAMESPACE}/{name}", NAMESPACE, body)
-        assert code == 201, answer
+        reply = self.api.handle(
+            "POST",
+            f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases",
+            "application/json",
+            json.dumps(body).encode(),
+        )
+        assert reply.status == 201, reply.body
 
 
 @contextlib.contextmanager
@@ -81,8 +112,7 @@ def in_cluster(directory: Path, authority: Authority) -> Iterator[InCluster]:
     api = FakeApiServer()
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(directory / "apiserver.crt", directory / "apiserver.key")
-    api.http.socket = context.wrap_socket(api.http.socket, server_side=True)
-    api.start()
+    api.start(tls=context)
     try:
         yield InCluster(api, directory / "token", directory / "ca.crt")
     finally:

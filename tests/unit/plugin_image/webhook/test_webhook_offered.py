@@ -167,7 +167,7 @@ def test_the_lister_reads_a_page_at_a_time_and_keeps_each_profile_once(
     profiles.refresh()
     assert names(profiles) == model_names("c3000-bw", "hypo-x8")
     assert len(profiles.profiles() or ()) == len(model_names("c3000-bw", "hypo-x8"))
-    pages = api_server.api.lease_lists
+    pages = api_server.lease_lists()
     # 210 Leases: three pages of at most 100, each asked with the token of the one before.
     assert [(q.get("limit"), q.get("continue")) for q in pages] == [
         ("100", None),
@@ -183,11 +183,11 @@ def test_an_expired_continue_token_starts_the_list_again_once(
     caplog.set_level(logging.INFO, logger=offered_module.__name__)
     put_nodes(api_server, "c3000-bw", 150)
     put_nodes(api_server, "hypo-x8", 1, first=150)  # on the second page only
-    api_server.api.expire_continues = 1
+    api_server.expire_continues(1)
     profiles = OfferedProfiles(lease_lister(NAMESPACE, GEOMETRY_SELECTOR))
     profiles.refresh()
     assert names(profiles) == model_names("c3000-bw", "hypo-x8")
-    assert [q.get("continue") for q in api_server.api.lease_lists] == [None, "100", None, "100"]
+    assert [q.get("continue") for q in api_server.lease_lists()] == [None, "100", None, "100"]
     (restarted,) = [r for r in caplog.records if r.getMessage() == "geometry_list_restarted"]
     assert "410" in restarted.__dict__["error"]
     assert not [r for r in caplog.records if r.getMessage() == "geometry_list_failed"]
@@ -202,7 +202,7 @@ def test_a_list_expired_twice_keeps_the_last_answer(
     assert names(profiles) == model_names("c3000-bw")
     # A node of a larger model joins, but its page is never read whole.
     put_nodes(api_server, "hypo-x8", 1, first=150)
-    api_server.api.expire_continues = 2
+    api_server.expire_continues(2)
     profiles.refresh()
     assert names(profiles) == model_names("c3000-bw")
     (failed,) = [r for r in caplog.records if r.getMessage() == "geometry_list_failed"]
@@ -226,9 +226,8 @@ def test_a_page_over_its_byte_bound_fails_the_list_and_keeps_the_last_answer(
     assert names(profiles) == model_names("c3000-bw")
     (failed,) = [r for r in caplog.records if r.getMessage() == "geometry_list_failed"]
     assert f"over {offered_module.MAX_PAGE_BYTES} bytes" in failed.__dict__["error"]
-    with api_server.api.lock:
-        for index in range(60):
-            del api_server.api.leases[f"{NAMESPACE}/bulky-{index:02d}"]
+    for index in range(60):
+        api_server.delete_lease(f"bulky-{index:02d}")
     profiles.refresh()  # and the next list works again
     assert names(profiles) == model_names("c3000-bw", "hypo-x8")
 

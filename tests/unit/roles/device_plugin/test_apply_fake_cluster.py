@@ -1,5 +1,7 @@
 """The role's cluster path (server-side apply, rollout waits, the webhook Secret read back,
-state absent) against fake_apiserver_ssa.FakeApiServer, an in-process API server.
+state absent) against the shared fake API server (tests/support/fake_api_server), serving
+server-side apply only: any other PATCH is refused (415), and so is any POST or PUT (405), so
+the role cannot fall back to client-side apply without a test noticing.
 
 One cluster (Kubernetes 1.30) serves the whole module, in order: install, install again,
 compare with render mode, remove. A 1.20 cluster, whose server rewrites managedFields on an
@@ -18,9 +20,11 @@ from typing import Any
 
 import pytest
 import yaml
+from fake_api_server import FakeApiServer, Fault, Rollout, serving
+from fake_api_server.patching import APPLY_PATCH
+from fake_api_server.server import without_server_fields
 
 from .conftest import ALONE, EXTENDER_ON, POLICY_ON
-from .fake_apiserver_ssa import APPLY_PATCH, FakeApiServer, running, without_server_fields
 from .render import RoleRun, run_role
 
 FIELD_MANAGER = "hygon.dcu"
@@ -30,11 +34,31 @@ NAMESPACE = "hygon-dcu-system"
 pytestmark = pytest.mark.slow
 
 
+def _apply_only(version: str = "1.30", *, stalled: frozenset[str] = frozenset()) -> FakeApiServer:
+    """A cluster of Kubernetes ``version`` that takes writes by server-side apply (and DELETE)
+    only, refuses a namespaced object whose Namespace does not exist, and rolls out DaemonSets
+    and Deployments unless their kind is ``stalled``."""
+    return FakeApiServer(
+        version,
+        patch_types=[APPLY_PATCH],
+        namespaces_must_exist=True,
+        behaviours=[
+            Rollout(stalled),
+            Fault(
+                lambda request: request.method in ("POST", "PUT"),
+                status=405,
+                reason="MethodNotAllowed",
+                message="this cluster takes server-side apply only",
+            ),
+        ],
+    )
+
+
 def _cluster_run(
     api: FakeApiServer, tmp_path: Path, *, check: bool = False, **extra_vars: Any
 ) -> RoleRun:
     """The playbook against the fake: no render dir, the fake's kubeconfig."""
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+    kubeconfig = api.kubeconfig(tmp_path / "kubeconfig")
     return run_role(
         tmp_path / "unused",
         check=check,
@@ -51,7 +75,7 @@ def _key(obj: dict[str, Any]) -> tuple[str, str, str]:
 
 @pytest.fixture(scope="module")
 def api() -> Iterator[FakeApiServer]:
-    yield from running(FakeApiServer())
+    yield from serving(_apply_only())
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +95,7 @@ def test_install_applies_every_object_server_side(
 ) -> None:
     assert installed.changed and installed.changed > 0
     rendered = [_key(obj) for obj in default_render.objects()]
-    applied = [event.removeprefix("apply ") for event in api.events if event.startswith("apply ")]
+    applied = [event.removeprefix("apply ") for event in api.history if event.startswith("apply ")]
     assert applied == [f"{kind}/{name}" for kind, _namespace, name in rendered]
     assert sorted(api.objects) == sorted(rendered)
     writes = [request for request in api.requests if request.method != "GET"]
@@ -86,7 +110,7 @@ def test_install_applies_every_object_server_side(
 def test_install_waits_for_rollouts_before_the_webhook_configuration(
     api: FakeApiServer, installed: RoleRun
 ) -> None:
-    events = api.events
+    events = api.history
     assert installed.returncode == 0
     for kind, name in (
         ("DaemonSet", "hygon-dcu-device-plugin"),
@@ -104,13 +128,13 @@ def test_second_install_changes_nothing(
     assert installed.returncode == 0
     before = {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
     secret = api.get("Secret", "hygon-dcu-admission-tls", NAMESPACE)
-    events = len(api.events)
+    events = len(api.history)
 
     second = _cluster_run(api, workdir)
 
     assert second.returncode == 0, second.output
     assert second.changed == 0, second.output
-    assert api.events[events:] == []
+    assert api.history[events:] == []
     assert {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()} == before
     # the serving certificate was read back from the cluster and kept
     assert api.get("Secret", "hygon-dcu-admission-tls", NAMESPACE) == secret
@@ -147,12 +171,12 @@ def test_absent_removes_every_object(api: FakeApiServer, installed: RoleRun, wor
     assert deletes
     for request in deletes:
         assert (request.body or {}).get("propagationPolicy") == "Foreground", request
-    assert api.events[-1] == f"delete Namespace/{NAMESPACE}"
+    assert api.history[-1] == f"delete Namespace/{NAMESPACE}"
 
 
 @pytest.fixture
 def stalled_api() -> Iterator[FakeApiServer]:
-    api = FakeApiServer(stalled_kinds=frozenset({"Deployment"}))
+    api = _apply_only(stalled=frozenset({"Deployment"}))
     # what the Deployment controller and the kubelet would have left behind
     api.seed(
         {
@@ -187,7 +211,7 @@ def stalled_api() -> Iterator[FakeApiServer]:
             "message": 'secret "hygon-dcu-admission-tls" not found',
         }
     )
-    yield from running(api)
+    yield from serving(api)
 
 
 def test_webhook_configuration_waits_for_a_rolled_out_deployment(
@@ -211,7 +235,7 @@ def test_webhook_configuration_waits_for_a_rolled_out_deployment(
 
 @pytest.fixture(scope="module")
 def api_1_20() -> Iterator[FakeApiServer]:
-    yield from running(FakeApiServer(version="1.20"))
+    yield from serving(_apply_only("1.20"))
 
 
 @pytest.mark.floor
@@ -235,12 +259,12 @@ def test_kubernetes_1_20_check_mode_install_and_second_run(
     assert "matchConditions" not in webhook
 
     before = {key: obj["metadata"]["resourceVersion"] for key, obj in api_1_20.objects.items()}
-    events = len(api_1_20.events)
+    events = len(api_1_20.history)
     second = _cluster_run(api_1_20, tmp_path)
     assert second.returncode == 0, second.output
-    # a real apply of an unchanged object would still write on 1.20 ("no-op apply" events)
+    # a real apply of an unchanged object would still write on 1.20 ("no-op apply" in the history)
     assert second.changed == 0, second.output
-    assert api_1_20.events[events:] == []
+    assert api_1_20.history[events:] == []
     assert {key: obj["metadata"]["resourceVersion"] for key, obj in api_1_20.objects.items()} == (
         before
     )
@@ -249,7 +273,7 @@ def test_kubernetes_1_20_check_mode_install_and_second_run(
 def _with_kube_system() -> Iterator[FakeApiServer]:
     """A fake API server holding the API server's own namespace, where the second scheduler's
     authentication-reader binding and its lock go."""
-    api = FakeApiServer()
+    api = _apply_only()
     api.seed(
         {
             "apiVersion": "v1",
@@ -257,7 +281,7 @@ def _with_kube_system() -> Iterator[FakeApiServer]:
             "metadata": {"name": "kube-system", "resourceVersion": "1"},
         }
     )
-    yield from running(api)
+    yield from serving(api)
 
 
 @pytest.fixture(scope="module")
@@ -290,29 +314,29 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
     assert installed.returncode == 0, installed.output
     rendered = [_key(obj) for obj in extender_render.objects()]
     assert _extenders(api.objects) == _extenders(rendered)  # the Service is gone
-    assert "delete Service/hygon-dcu-extender" in api.events
+    assert "delete Service/hygon-dcu-extender" in api.history
     # the pod last, once what it mounts and is granted exists, and waited for
-    assert api.events.index("apply Deployment/hygon-dcu-scheduler") > max(
-        api.events.index(f"apply {kind}/{name}")
+    assert api.history.index("apply Deployment/hygon-dcu-scheduler") > max(
+        api.history.index(f"apply {kind}/{name}")
         for kind, _namespace, name in _extenders(rendered)
         if kind != "Deployment"
     )
-    assert "rolled out Deployment/hygon-dcu-scheduler" in api.events
+    assert "rolled out Deployment/hygon-dcu-scheduler" in api.history
 
     before = {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()}
-    events = len(api.events)
+    events = len(api.history)
     second = _cluster_run(api, tmp_path, **EXTENDER_ON)
     assert second.returncode == 0, second.output
     assert second.changed == 0, second.output
-    assert api.events[events:] == []
+    assert api.history[events:] == []
     assert {key: obj["metadata"]["resourceVersion"] for key, obj in api.objects.items()} == before
 
     # for the default scheduler instead: the second scheduler's pod and what only it used go
     # before the extender alone starts (never two extenders, each with its own reservations)
-    events = len(api.events)
+    events = len(api.history)
     switched = _cluster_run(api, tmp_path, **ALONE)
     assert switched.returncode == 0, switched.output
-    after = api.events[events:]
+    after = api.history[events:]
     assert after.index("delete Deployment/hygon-dcu-scheduler") < after.index(
         "apply Deployment/hygon-dcu-extender"
     )
@@ -333,11 +357,11 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
     assert _extenders(api.objects) == alone
     # ... a run removes exactly the extender's objects, its pod first ...
     others = {key: obj for key, obj in api.objects.items() if key not in alone}
-    events = len(api.events)
+    events = len(api.history)
     disabled = _cluster_run(api, tmp_path)
     assert disabled.returncode == 0, disabled.output
     assert disabled.changed == predicted.changed, disabled.output
-    deleted = api.events[events:]
+    deleted = api.history[events:]
     assert deleted[0] == "delete Deployment/hygon-dcu-extender"
     assert sorted(deleted) == sorted(f"delete {kind}/{name}" for kind, _namespace, name in alone)
     assert api.objects == others
@@ -349,7 +373,7 @@ def test_extender_is_applied_kept_and_removed_when_disabled(
 
 @pytest.fixture(scope="module")
 def api_webhook() -> Iterator[FakeApiServer]:
-    yield from running(FakeApiServer())
+    yield from serving(_apply_only())
 
 
 def _admission(keys: Any) -> set[tuple[str, str, str]]:
@@ -375,11 +399,11 @@ def test_webhook_disabled_after_a_run_removes_it_configuration_first(
     assert _admission(api.objects) == rendered
     # ... a run removes exactly the webhook's objects, its configuration first ...
     others = {key: obj for key, obj in api.objects.items() if key not in rendered}
-    events = len(api.events)
+    events = len(api.history)
     disabled = _cluster_run(api, tmp_path, **off)
     assert disabled.returncode == 0, disabled.output
     assert disabled.changed == predicted.changed, disabled.output
-    deleted = api.events[events:]
+    deleted = api.history[events:]
     assert deleted[0] == "delete ValidatingWebhookConfiguration/hygon-dcu-admission"
     assert sorted(deleted) == sorted(f"delete {kind}/{name}" for kind, _ns, name in rendered)
     assert api.objects == others
@@ -419,16 +443,16 @@ def test_network_policies_applied_before_their_pods_and_removed_when_off(
     assert _policies(api) == {PLUGIN, WEBHOOK, EXTENDER}
     for workload in (f"DaemonSet/{PLUGIN}", f"Deployment/{WEBHOOK}", f"Deployment/{EXTENDER}"):
         name = workload.partition("/")[2]
-        assert api.events.index(f"apply NetworkPolicy/{name}") < api.events.index(
+        assert api.history.index(f"apply NetworkPolicy/{name}") < api.history.index(
             f"apply {workload}"
         )
 
     # beside the second scheduler instead: the extender's policy goes with its Deployment, the
     # pod's comes before the pod
-    events = len(api.events)
+    events = len(api.history)
     beside = _cluster_run(api, tmp_path, **EXTENDER_ON, **POLICY_ON)
     assert beside.returncode == 0, beside.output
-    after = api.events[events:]
+    after = api.history[events:]
     assert "delete NetworkPolicy/hygon-dcu-extender" in after
     assert after.index("apply NetworkPolicy/hygon-dcu-scheduler") < after.index(
         "apply Deployment/hygon-dcu-scheduler"
@@ -437,20 +461,20 @@ def test_network_policies_applied_before_their_pods_and_removed_when_off(
 
     # alone again, and the webhook disabled: the scheduler's policy and the webhook's go
     webhook_off = {**ALONE, "hygon_dcu_device_plugin_webhook_enabled": False}
-    events = len(api.events)
+    events = len(api.history)
     alone = _cluster_run(api, tmp_path, **webhook_off, **POLICY_ON)
     assert alone.returncode == 0, alone.output
-    after = api.events[events:]
+    after = api.history[events:]
     assert "delete NetworkPolicy/hygon-dcu-scheduler" in after
     assert "delete NetworkPolicy/hygon-dcu-admission" in after
     assert _policies(api) == {PLUGIN, EXTENDER}
 
     # switched off: exactly the policies go, nothing else changes
     before = _versions(api)
-    events = len(api.events)
+    events = len(api.history)
     off = _cluster_run(api, tmp_path, **webhook_off)
     assert off.returncode == 0, off.output
-    assert sorted(api.events[events:]) == [
+    assert sorted(api.history[events:]) == [
         "delete NetworkPolicy/hygon-dcu-device-plugin",
         "delete NetworkPolicy/hygon-dcu-extender",
     ]

@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 import simnode
+from fake_api_server import FakeApiServer, serving
+from fake_api_server import pod as stored_pod
 
 from . import browser
-from .fake_api import FakeApi, plugin_pod, pod, serving
 from .runner import ReportRun, hy_smi, run_report, write_inventory
 
 # Several playbook runs, each starting ansible and (for the cluster) the kubernetes client.
@@ -31,7 +32,7 @@ class Fleet:
     nodes: dict[str, simnode.SimNode]
     run: ReportRun
     report_dir: Path
-    api: FakeApi
+    api: FakeApiServer
     pods_by_uuid: dict[str, list[str]]
 
     def report(self) -> dict[str, Any]:
@@ -59,6 +60,37 @@ def uuid_at(node: simnode.SimNode, card: int, start: int) -> str:
     return ci.uuid
 
 
+PLUGIN_NAMESPACE = "hygon-dcu-system"
+PLUGIN_LABELS = {"app.kubernetes.io/name": "hygon-dcu-device-plugin"}
+
+
+def pod(
+    name: str, node: str, namespace: str = "ml", annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A running workload pod on ``node``."""
+    return stored_pod(
+        name,
+        namespace,
+        node=node,
+        labels={"app": name},
+        annotations=annotations or {},
+        phase="Running",
+        ready=True,
+    )
+
+
+def plugin_pod(node: str, ready: bool) -> dict[str, Any]:
+    """The device plugin's pod on ``node``, as its DaemonSet makes it."""
+    return stored_pod(
+        f"hygon-dcu-device-plugin-{node}",
+        PLUGIN_NAMESPACE,
+        node=node,
+        labels=PLUGIN_LABELS,
+        phase="Running" if ready else "Pending",
+        ready=ready,
+    )
+
+
 def grant(partition_uuid: str) -> str:
     """An annotation value as the device plugin writes it (docs/dev/contracts.md)."""
     return json.dumps({"card": "x", "profile": "x", "placement": "0:1", "uuid": partition_uuid})
@@ -76,37 +108,35 @@ def fleet(sim_build: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     (nodes["node-b"].ci_dir / "dev0gi9ci0.conf").mkdir()
     a_uuids = [uuid_at(nodes["node-a"], card, start) for card, start in ((0, 0), (0, 1), (1, 0))]
     b_uuids = [uuid_at(nodes["node-b"], 0, start) for start in (0, 4)]
-    api = FakeApi(
-        pods=[
-            # The annotation key as written today, and two other key shapes (the key's format
-            # may change; the value's uuid is what counts).
-            pod(
-                "trainer", "gpu-a", annotations={"hygon.com/dcu.partition.main": grant(a_uuids[0])}
-            ),
-            pod(
-                "a-pod-with-a-very-long-container-name",
-                "gpu-a",
-                namespace="research",
-                annotations={"hygon.com/dcu.partition-7f3a9c": grant(a_uuids[2])},
-            ),
-            pod("infer", "gpu-b", annotations={"hygon.com/dcu.partition.c": grant(b_uuids[0])}),
-            # A grant for a partition that no longer exists, and a uuid outside any grant.
-            pod(
-                "stale",
-                "gpu-b",
-                annotations={"hygon.com/dcu.partition.main": grant(str(uuid.uuid4()))},
-            ),
-            pod("bystander", "gpu-b", annotations={"example.com/note": b_uuids[1]}),
-            # Same uuid, other node's pod list: never attached to node-a's partition.
-            pod(
-                "elsewhere",
-                "gpu-c",
-                annotations={"hygon.com/dcu.partition.main": grant(a_uuids[1])},
-            ),
-            plugin_pod("gpu-a", ready=True),
-            plugin_pod("gpu-b", ready=False),
-        ]
-    )
+    api = FakeApiServer()
+    for seeded in [
+        # The annotation key as written today, and two other key shapes (the key's format
+        # may change; the value's uuid is what counts).
+        pod("trainer", "gpu-a", annotations={"hygon.com/dcu.partition.main": grant(a_uuids[0])}),
+        pod(
+            "a-pod-with-a-very-long-container-name",
+            "gpu-a",
+            namespace="research",
+            annotations={"hygon.com/dcu.partition-7f3a9c": grant(a_uuids[2])},
+        ),
+        pod("infer", "gpu-b", annotations={"hygon.com/dcu.partition.c": grant(b_uuids[0])}),
+        # A grant for a partition that no longer exists, and a uuid outside any grant.
+        pod(
+            "stale",
+            "gpu-b",
+            annotations={"hygon.com/dcu.partition.main": grant(str(uuid.uuid4()))},
+        ),
+        pod("bystander", "gpu-b", annotations={"example.com/note": b_uuids[1]}),
+        # Same uuid, other node's pod list: never attached to node-a's partition.
+        pod(
+            "elsewhere",
+            "gpu-c",
+            annotations={"hygon.com/dcu.partition.main": grant(a_uuids[1])},
+        ),
+        plugin_pod("gpu-a", ready=True),
+        plugin_pod("gpu-b", ready=False),
+    ]:
+        api.seed(seeded)
     pods_by_uuid = {
         a_uuids[0]: ["ml/trainer"],
         a_uuids[1]: [],
@@ -120,7 +150,7 @@ def fleet(sim_build: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             root / "inventory.yml",
             nodes,
             hygon_dcu_manage_kubernetes=True,
-            hygon_dcu_kubeconfig=str(served.write_kubeconfig(root / "kubeconfig")),
+            hygon_dcu_kubeconfig=str(served.kubeconfig(root / "kubeconfig")),
         )
         (root / "host_vars").mkdir()
         for host, node_name in NODE_NAMES.items():
@@ -208,7 +238,7 @@ def test_json_matches_the_simulators_state_and_names_each_partitions_pods(fleet:
 
 
 def test_the_report_reads_only_and_prints_every_node(fleet: Fleet) -> None:
-    assert {method for method, _path in fleet.api.requests} == {"GET"}
+    assert {request.method for request in fleet.api.requests} == {"GET"}
     # Read-only on the nodes: only the control node's two files (and their directory) changed.
     assert fleet.run.changed == {"localhost": 3, "node-a": 0, "node-b": 0}
     for node in fleet.nodes.values():

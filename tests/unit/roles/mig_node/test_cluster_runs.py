@@ -1,6 +1,7 @@
-"""The mig_node role with its Kubernetes steps on, against fake_cluster.FakeCluster (an
-in-process API that plays the device-plugin DaemonSet, the kubelet and PodDisruptionBudgets)
-and a simulated node whose /dev/kfd is really held by the plugin and workload pods."""
+"""The mig_node role with its Kubernetes steps on, against the shared fake API server with
+fake_cluster.FakeCluster plugged in (it plays the device-plugin DaemonSet, the kubelet and
+PodDisruptionBudgets) and a simulated node whose /dev/kfd is really held by the plugin and
+workload pods."""
 
 from __future__ import annotations
 
@@ -220,7 +221,7 @@ def test_disable_with_a_full_drain_evicts_everything_but_daemonsets_and_destroys
 def test_label_nodes_sets_the_present_label_once_and_check_mode_predicts_it(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    del cluster.node_object["metadata"]["labels"][PRESENT_LABEL]
+    cluster.api.change("Node", cluster.node_name, metadata={"labels": {PRESENT_LABEL: None}})
     settings = cluster_vars(cluster, tmp_path)
 
     check = run_playbook("label_nodes", "--check", extra_vars=settings)
@@ -242,7 +243,7 @@ def test_label_nodes_sets_the_present_label_once_and_check_mode_predicts_it(
 def test_label_nodes_refuses_a_host_whose_library_counts_no_card(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
-    del cluster.node_object["metadata"]["labels"][PRESENT_LABEL]
+    cluster.api.change("Node", cluster.node_name, metadata={"labels": {PRESENT_LABEL: None}})
     missing = str(cluster.node.root / "opt" / "nowhere" / "libhydmi_mig.so.1")
 
     run = run_playbook(
@@ -304,7 +305,7 @@ def test_a_node_without_the_present_label_is_told_to_run_label_nodes(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
     # Without the label the DaemonSet takes its pod off the node and brings none back.
-    del cluster.node_object["metadata"]["labels"][PRESENT_LABEL]
+    cluster.api.change("Node", cluster.node_name, metadata={"labels": {PRESENT_LABEL: None}})
 
     run = run_playbook(
         "enable_mig", extra_vars=cluster_vars(cluster, tmp_path, hygon_dcu_plugin_timeout=3)

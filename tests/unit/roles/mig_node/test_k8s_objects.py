@@ -11,6 +11,7 @@ from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
+from fake_api_server.patching import merge_patch  # what kubernetes.core.k8s merge_type=merge sends
 from playbook_runner import run_playbook
 
 from .runner import ROLE
@@ -123,19 +124,6 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert run.returncode == 0, run.output
     result: dict[str, Any] = json.loads(out.read_text())
-    return result
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch (what kubernetes.core.k8s merge_type=merge sends)."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
     return result
 
 
