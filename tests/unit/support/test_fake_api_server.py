@@ -235,3 +235,15 @@ def test_an_empty_watch_ends_and_the_log_names_the_access(api: FakeApiServer) ->
     assert connection.getresponse().read() == b""
     connection.close()
     assert api.requests[-1].access == ("", "pods", "watch")
+
+
+@pytest.mark.parametrize(("version", "policy"), [("1.20", "policy/v1beta1"), ("1.21", "policy/v1")])
+def test_discovery_serves_each_kind_where_that_minor_does(version: str, policy: str) -> None:
+    with FakeApiServer(version) as api:
+        assert call(api, "GET", "/version")[1]["minor"] == version.split(".")[1]
+        groups = call(api, "GET", "/apis")[1]["groups"]
+        assert policy in {g["preferredVersion"]["groupVersion"] for g in groups}
+        kinds = {r["kind"] for r in call(api, "GET", f"/apis/{policy}")[1]["resources"]}
+        assert kinds == {"PodDisruptionBudget"}
+        core = {r["name"] for r in call(api, "GET", "/api/v1")[1]["resources"]}
+        assert {"pods", "pods/eviction", "pods/binding", "nodes"} <= core
