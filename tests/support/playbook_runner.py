@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,8 @@ COLLECTIONS = (
     if (_VENV_COLLECTIONS / "ansible_collections" / "hygon" / "dcu").exists()
     else REPO / ".venv" / "collections"
 )
+# A host name that needs no quoting or pattern syntax in an inventory or a --limit.
+HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # One line of the PLAY RECAP: host, changed, failed.
 RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", re.M)
 
@@ -110,3 +112,36 @@ def run_playbook(
     )
     output = proc.stdout + proc.stderr
     return PlaybookRun(returncode=proc.returncode, output=output, hosts=recap(output))
+
+
+def run_playbook_on_hosts(
+    args: Sequence[str],
+    hosts: Mapping[str, Mapping[str, Any]],
+    *,
+    inventory: Path,
+    extra_vars: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path = REPO,
+    timeout: float | None = None,
+) -> PlaybookRun:
+    """``ansible-playbook -i INVENTORY ARGS`` once for many cases: ``inventory`` (a ``.json``
+    file) is written with one host per entry of ``hosts`` (on this machine, with the venv's
+    Python, as the implicit localhost), the entry's variables as its host vars. Read each case
+    back by its host: :attr:`PlaybookRun.hosts`, :meth:`PlaybookRun.failure_messages`. The play
+    must target them (``hosts: all``, or its hosts variable in ``extra_vars``).
+
+    ``extra_vars`` are for what every host shares: they override host vars, so a name given
+    both ways is refused rather than silently taking the extra var's value."""
+    for name in hosts:
+        if not HOST_NAME.fullmatch(name):
+            raise ValueError(f"{name!r} is not a plain host name ({HOST_NAME.pattern})")
+    overridden = {var for variables in hosts.values() for var in variables} & set(extra_vars or {})
+    if overridden:
+        raise ValueError(f"extra vars would override the hosts' own: {sorted(overridden)}")
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    host_vars = {name: {**local, **variables} for name, variables in hosts.items()}
+    # JSON is YAML the inventory plugin reads, and keeps each value's type exactly.
+    inventory.write_text(json.dumps({"all": {"hosts": host_vars}}))
+    return run_playbook(
+        ["-i", str(inventory), *args], extra_vars=extra_vars, env=env, cwd=cwd, timeout=timeout
+    )

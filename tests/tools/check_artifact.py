@@ -13,6 +13,7 @@ REQUIRED = (
     "meta/execution-environment.yml",
     "plugins/modules/",
     "plugins/module_utils/",
+    "plugins/filter/",
     "roles/mig_node/",
     "roles/device_plugin/",
     "playbooks/",

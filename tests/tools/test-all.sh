@@ -136,7 +136,8 @@ pytest_run() {
 pytest_quick() {
   # The pure, protocol and simulator-backed tests: no ansible-playbook, no image, no cluster.
   pytest -q -p no:cacheprovider --timeout=600 -n 2 --dist worksteal \
-    tests/unit/plugin_image tests/unit/plugins/module_utils tests/unit/observability tests/unit/support \
+    tests/unit/plugin_image tests/unit/plugins/module_utils tests/unit/plugins/filter \
+    tests/unit/observability tests/unit/support \
     tests/simulator/tests
   local rc=$?
   [ $rc -eq 5 ] && log "pytest collected no tests: that is a failure"

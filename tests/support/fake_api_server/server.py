@@ -549,6 +549,9 @@ def _decode(content_type: str, raw: bytes) -> Any:
 class _Handler(BaseHTTPRequestHandler):
     api: FakeApiServer
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes: on a kept-alive connection Nagle's algorithm would
+    # hold the body until the client's delayed ACK (~40 ms a request).
+    disable_nagle_algorithm = True
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

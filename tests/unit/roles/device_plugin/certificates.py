@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import datetime
+import functools
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+NAMESPACE = "hygon-dcu-system"
+WEBHOOK_SERVICE = "hygon-dcu-admission"
+EXTENDER_SERVICE = "hygon-dcu-extender"
 
 
-def make_certificate(dns_name: str) -> tuple[str, str, str]:
-    """(certificate, key, CA) in PEM: what a site's own CA would issue for dns_name."""
+def make_certificate(*dns_names: str, days: int = 10) -> tuple[str, str, str]:
+    """(certificate, key, CA) in PEM: what a site's own CA would issue for dns_names (the
+    first is also the common name), valid for days."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "site CA")])
@@ -22,20 +29,30 @@ def make_certificate(dns_name: str) -> tuple[str, str, str]:
         .public_key(ca_key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=10))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(key_cert_sign=True, crl_sign=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
         .sign(ca_key, hashes.SHA256())
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_name)]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=10))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns_name)]), critical=False)
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name) for name in dns_names]),
+            critical=False,
+        )
+        .add_extension(_key_usage(digital_signature=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
@@ -43,3 +60,49 @@ def make_certificate(dns_name: str) -> tuple[str, str, str]:
         pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     return cert.public_bytes(pem).decode(), key_pem.decode(), ca.public_bytes(pem).decode()
+
+
+def _key_usage(**granted: bool) -> x509.KeyUsage:
+    usages = (
+        "digital_signature",
+        "content_commitment",
+        "key_encipherment",
+        "data_encipherment",
+        "key_agreement",
+        "key_cert_sign",
+        "crl_sign",
+        "encipher_only",
+        "decipher_only",
+    )
+    return x509.KeyUsage(**{usage: granted.get(usage, False) for usage in usages})
+
+
+def _service_names(service: str) -> tuple[str, ...]:
+    """The names the role's own certificate of a Service carries, the one clients use first."""
+    svc = f"{service}.{NAMESPACE}.svc"
+    return svc, service, f"{service}.{NAMESPACE}", f"{svc}.cluster.local"
+
+
+@functools.cache
+def _site_certificates() -> tuple[tuple[str, str, str], tuple[str, str, str]]:
+    # Valid far beyond the role's cert_min_days (30), as a site's would be.
+    return (
+        make_certificate(*_service_names(WEBHOOK_SERVICE), days=365),
+        make_certificate(*_service_names(EXTENDER_SERVICE), days=365),
+    )
+
+
+def site_certificate_variables() -> dict[str, Any]:
+    """The role variables that hand it a site's own webhook and extender certificates (each of
+    its own CA), made once per test process: with them the role mints no CA or certificate."""
+    (webhook_cert, webhook_key, webhook_ca), (extender_cert, extender_key, extender_ca) = (
+        _site_certificates()
+    )
+    return {
+        "hygon_dcu_device_plugin_webhook_tls_cert": webhook_cert,
+        "hygon_dcu_device_plugin_webhook_tls_key": webhook_key,
+        "hygon_dcu_device_plugin_webhook_tls_ca": webhook_ca,
+        "hygon_dcu_device_plugin_extender_tls_cert": extender_cert,
+        "hygon_dcu_device_plugin_extender_tls_key": extender_key,
+        "hygon_dcu_device_plugin_extender_tls_ca": extender_ca,
+    }

@@ -10,8 +10,9 @@ from .render import RoleRun, run_role
 
 @pytest.fixture(scope="session")
 def default_render(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
-    """The role with its defaults, rendered once per session."""
-    run = run_role(tmp_path_factory.mktemp("render") / "out")
+    """The role with its defaults, rendered once per session: its certificate is its own
+    (test_role_runs.py checks the generated one, and that a second run keeps it)."""
+    run = run_role(tmp_path_factory.mktemp("render") / "out", own_certificates=False)
     assert run.returncode == 0, run.output
     return run
 
@@ -37,8 +38,11 @@ POLICY_ON: dict[str, Any] = {
 
 @pytest.fixture(scope="session")
 def extender_render(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
-    """The role with the scheduler extender and the second scheduler, rendered once."""
-    run = run_role(tmp_path_factory.mktemp("render-extender") / "out", **EXTENDER_ON)
+    """The role with the scheduler extender and the second scheduler, rendered once, with the
+    certificates it makes itself (test_extender.py: one CA per Service, kept by a second run)."""
+    run = run_role(
+        tmp_path_factory.mktemp("render-extender") / "out", own_certificates=False, **EXTENDER_ON
+    )
     assert run.returncode == 0, run.output
     return run
 

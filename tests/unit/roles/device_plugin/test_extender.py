@@ -8,6 +8,7 @@ configuration against the fields kube-scheduler 1.20 declares for it.
 from __future__ import annotations
 
 import base64
+import copy
 import hashlib
 import socket
 import ssl
@@ -23,9 +24,9 @@ from hygon_dcu_plugin import vocabulary
 from hygon_dcu_plugin.extender import main as extender_main
 from hygon_dcu_plugin.extender.client_auth import ClientVerifyingReloader
 
-from .certificates import make_certificate
+from .certificates import make_certificate, site_certificate_variables
 from .conftest import ALONE, EXTENDER_ON, POLICY_ON, SCHEDULER_IMAGE
-from .render import RoleRun, run_role
+from .render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 from .schema_1_20 import fields_missing_in_1_20
 
 NAMESPACE = "hygon-dcu-system"
@@ -452,33 +453,61 @@ def test_options_reach_the_extender_and_the_scheduler(
     assert template["metadata"]["annotations"] != default["metadata"]["annotations"]
 
 
-@pytest.mark.parametrize(
-    "inputs",
-    [
-        {"hygon_dcu_device_plugin_extender_enabled": True},
-        {**EXTENDER_ON, "hygon_dcu_device_plugin_scheduler_image": "kube-scheduler v1.20"},
-        {**EXTENDER_ON, "hygon_dcu_device_plugin_extender_weight": 0},
-        {**EXTENDER_ON, "hygon_dcu_device_plugin_extender_reservation_seconds": -1},
-    ],
-)
+UNUSABLE_INPUTS: dict[str, dict[str, Any]] = {
+    "no-scheduler-image": {"hygon_dcu_device_plugin_extender_enabled": True},
+    "scheduler-image-not-a-reference": {
+        **EXTENDER_ON,
+        "hygon_dcu_device_plugin_scheduler_image": "kube-scheduler v1.20",
+    },
+    "weight-0": {**EXTENDER_ON, "hygon_dcu_device_plugin_extender_weight": 0},
+    "negative-reservation": {
+        **EXTENDER_ON,
+        "hygon_dcu_device_plugin_extender_reservation_seconds": -1,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostOutcome]:
+    """This module's refusals, each a host of one playbook run."""
+    return run_role_on_hosts(
+        tmp_path_factory.mktemp("refusals"),
+        {
+            **UNUSABLE_INPUTS,
+            "partial-extender-certificate": {
+                **EXTENDER_ON,
+                "hygon_dcu_device_plugin_extender_tls_cert": make_certificate(EXTENDER_DNS)[0],
+            },
+            "scheduler-name-not-a-name": {
+                **ALONE,
+                "hygon_dcu_device_plugin_extender_scheduler_name": "My Sched",
+            },
+        },
+    )
+
+
+@pytest.mark.parametrize("case", UNUSABLE_INPUTS)
 def test_enabled_without_a_usable_scheduler_image_is_refused(
-    render_dir: Path, inputs: dict[str, Any]
+    refusals: dict[str, HostOutcome], case: str
 ) -> None:
-    run = run_role(render_dir, **inputs)
-    assert run.returncode != 0
+    refused = refusals[case]
+    assert refused.failed, refused.output
     assert (
         "hygon_dcu_device_plugin_extender_enabled needs hygon_dcu_device_plugin_scheduler_image"
-        in (run.output)
+        in (refused.message)
     )
-    assert not render_dir.exists()
+    assert not refused.render_dir.exists()
 
 
 def test_second_run_sends_the_same_objects(extender_render: RoleRun) -> None:
     before = {path.name: path.read_bytes() for path in extender_render.render_dir.iterdir()}
-    predicted = run_role(extender_render.render_dir, check=True, **EXTENDER_ON)
+    # the role's own certificates, read back from the first render's Secrets
+    predicted = run_role(
+        extender_render.render_dir, check=True, own_certificates=False, **EXTENDER_ON
+    )
     assert predicted.returncode == 0, predicted.output
     assert predicted.changed == 0, predicted.output
-    second = run_role(extender_render.render_dir, **EXTENDER_ON)
+    second = run_role(extender_render.render_dir, own_certificates=False, **EXTENDER_ON)
     assert second.returncode == 0, second.output
     assert second.changed == 0, second.output
     assert {path.name: path.read_bytes() for path in extender_render.render_dir.iterdir()} == before
@@ -488,6 +517,7 @@ def test_supplied_extender_certificate_is_used_as_given(render_dir: Path) -> Non
     cert, key, ca = make_certificate(EXTENDER_DNS)
     run = run_role(
         render_dir,
+        own_certificates=False,  # this test's certificate alone
         **EXTENDER_ON,
         hygon_dcu_device_plugin_extender_tls_cert=cert,
         hygon_dcu_device_plugin_extender_tls_key=key,
@@ -505,14 +535,55 @@ def test_supplied_extender_certificate_is_used_as_given(render_dir: Path) -> Non
     assert base64.b64decode(webhook["tls.crt"]).decode() != cert
 
 
-def test_partial_extender_certificate_is_refused(render_dir: Path) -> None:
-    cert = make_certificate(EXTENDER_DNS)[0]
-    run = run_role(render_dir, **EXTENDER_ON, hygon_dcu_device_plugin_extender_tls_cert=cert)
-    assert run.returncode != 0
+def _without_certificate_material(obj: dict[str, Any]) -> dict[str, Any]:
+    """obj but for the certificates, keys and CAs in it, and the hash over them."""
+    obj = copy.deepcopy(obj)
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    if kind == "Secret" and obj.get("type") == "kubernetes.io/tls":
+        obj["data"] = sorted(obj["data"])
+    elif kind == "ValidatingWebhookConfiguration":
+        for webhook in obj["webhooks"]:
+            del webhook["clientConfig"]["caBundle"]
+    elif (kind, name) == ("ConfigMap", SCHEDULER):
+        ((key, text),) = obj["data"].items()
+        config = yaml.safe_load(text)
+        for extender in config["extenders"]:
+            del extender["tlsConfig"]["caData"]
+        obj["data"] = {key: config}
+    elif (kind, name) == ("Deployment", SCHEDULER):
+        del obj["spec"]["template"]["metadata"]["annotations"][vocabulary.CONFIG_HASH_ANNOTATION]
+    return obj
+
+
+def test_site_certificates_change_only_the_certificate_material(
+    render_dir: Path, extender_render: RoleRun
+) -> None:
+    # Most renders of these tests take a site's certificates (render.run_role) to skip minting
+    # them: they must see the objects the role's own certificates give, but for those.
+    run = run_role(render_dir, own_certificates=True, **EXTENDER_ON)
+    assert run.returncode == 0, run.output
+    site = site_certificate_variables()
+    for secret, service in (
+        ("hygon-dcu-admission-tls", "webhook"),
+        (f"{EXTENDER}-tls", "extender"),
+    ):
+        data = run.find("Secret", secret)["data"]
+        assert (
+            base64.b64decode(data["tls.crt"]).decode()
+            == site[f"hygon_dcu_device_plugin_{service}_tls_cert"]
+        )
+    assert [_without_certificate_material(obj) for obj in run.objects()] == [
+        _without_certificate_material(obj) for obj in extender_render.objects()
+    ]
+
+
+def test_partial_extender_certificate_is_refused(refusals: dict[str, HostOutcome]) -> None:
+    refused = refusals["partial-extender-certificate"]
+    assert refused.failed, refused.output
     assert "hygon_dcu_device_plugin_extender_tls_cert, _tls_key and _tls_ca go together" in (
-        run.output
+        refused.message
     )
-    assert not render_dir.exists()
+    assert not refused.render_dir.exists()
 
 
 @pytest.mark.parametrize("version", [f"1.{minor}" for minor in range(28, 38)])
@@ -543,8 +614,10 @@ def test_absent_removes_the_scheduler_and_the_extender_first(render_dir: Path) -
     # every object an enabled run applies, either way and with its NetworkPolicy, is in the list
     applied = {
         (obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
-        for inputs in ({**EXTENDER_ON, **POLICY_ON}, {**ALONE, **POLICY_ON})
-        for obj in run_role(render_dir.with_name("applied"), **inputs).objects()
+        for mode, inputs in (("beside", EXTENDER_ON), ("alone", ALONE))
+        for obj in run_role(
+            render_dir.with_name(f"applied-{mode}"), **inputs, **POLICY_ON
+        ).objects()
         if _ours(obj)
     }
     # and the scheduler's lock, and what earlier versions kept in the runtime's namespace
@@ -608,9 +681,9 @@ def test_for_the_default_scheduler_the_extender_runs_alone(render_dir: Path) -> 
     assert f"{EXTENDER}.{NAMESPACE}.svc" == EXTENDER_DNS
 
 
-def test_a_scheduler_name_that_is_not_one_is_refused(render_dir: Path) -> None:
-    run = run_role(render_dir, **ALONE, hygon_dcu_device_plugin_extender_scheduler_name="My Sched")
-    assert run.returncode != 0
-    assert "hygon_dcu_device_plugin_extender_scheduler_name a scheduler name" in run.output
-    assert '"My Sched"' in run.output
-    assert not render_dir.exists()
+def test_a_scheduler_name_that_is_not_one_is_refused(refusals: dict[str, HostOutcome]) -> None:
+    refused = refusals["scheduler-name-not-a-name"]
+    assert refused.failed, refused.output
+    assert "hygon_dcu_device_plugin_extender_scheduler_name a scheduler name" in refused.message
+    assert '"My Sched"' in refused.message
+    assert not refused.render_dir.exists()

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hygon_dcu_plugin.config import settings_from
 
-from .render import RoleRun, run_role
+from .render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 
 SIM_ROOT = "/var/lib/hygon-dcu-sim/node"
 SIM_LIBRARY_DIR = "/srv/hygon-dcu/tests/simulator/build"
@@ -119,22 +119,77 @@ def test_simulated_node_changes_nothing_else(simulated: RoleRun, default_render:
     assert simulated.find("DaemonSet") != default_render.find("DaemonSet")
 
 
-@pytest.mark.parametrize(
-    "node",
-    [
-        {"root": "tmp/node", "library_dir": SIM_LIBRARY_DIR},
-        {"root": SIM_ROOT, "library_dir": "/srv/build/../build"},
-        {"root": SIM_ROOT + "/", "library_dir": SIM_LIBRARY_DIR},
-        {"root": SIM_ROOT},
-    ],
-)
+# The refusals of this module, by case: the hosts of `refusals`.
+SIMULATED_NODE_REFUSALS: dict[str, dict[str, str]] = {
+    "relative-root": {"root": "tmp/node", "library_dir": SIM_LIBRARY_DIR},
+    "library-dir-with-dot-dot": {"root": SIM_ROOT, "library_dir": "/srv/build/../build"},
+    "root-with-trailing-slash": {"root": SIM_ROOT + "/", "library_dir": SIM_LIBRARY_DIR},
+    "no-library-dir": {"root": SIM_ROOT},
+}
+# (variables, what the refusal says)
+METRICS_REFUSALS: dict[str, tuple[dict[str, Any], str]] = {
+    # a loopback address: the ServiceMonitor's Service would have no endpoint
+    "monitor-with-default-loopback": (
+        {"hygon_dcu_device_plugin_service_monitor": True},
+        "set hygon_dcu_device_plugin_metrics_address to 0.0.0.0",
+    ),
+    "monitor-with-ipv6-loopback": (
+        {
+            "hygon_dcu_device_plugin_service_monitor": True,
+            "hygon_dcu_device_plugin_metrics_address": "::1",
+        },
+        "a loopback address",
+    ),
+    # not an IP address; nothing that could reach the ConfigMap as YAML of its own
+    "address-with-yaml-of-its-own": (
+        {"hygon_dcu_device_plugin_metrics_address": "0.0.0.0\nlog_level: debug"},
+        "must be an IPv4 or IPv6 address",
+    ),
+    "address-a-host-name": (
+        {"hygon_dcu_device_plugin_metrics_address": "localhost"},
+        "must be an IPv4 or IPv6",
+    ),
+    "address-with-a-port": (
+        {"hygon_dcu_device_plugin_metrics_address": "0.0.0.0:9411"},
+        "must be an IPv4 or",
+    ),
+    "address-in-brackets": (
+        {"hygon_dcu_device_plugin_metrics_address": "[::]"},
+        "must be an IPv4 or IPv6",
+    ),
+    "address-empty": ({"hygon_dcu_device_plugin_metrics_address": ""}, "must be an IPv4 or IPv6"),
+    "port-0": ({"hygon_dcu_device_plugin_metrics_port": 0}, "a port from 1 to 65535"),
+    "port-65536": ({"hygon_dcu_device_plugin_metrics_port": 65536}, "a port from 1 to 65535"),
+    "port-of-health": (
+        {"hygon_dcu_device_plugin_metrics_port": 9410},
+        "other than the health port",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, HostOutcome]:
+    """This module's refusals, each a host of one playbook run."""
+    return run_role_on_hosts(
+        tmp_path_factory.mktemp("refusals"),
+        {
+            **{
+                case: {"hygon_dcu_device_plugin_simulated_node": node}
+                for case, node in SIMULATED_NODE_REFUSALS.items()
+            },
+            **{case: variables for case, (variables, _said) in METRICS_REFUSALS.items()},
+        },
+    )
+
+
+@pytest.mark.parametrize("case", SIMULATED_NODE_REFUSALS)
 def test_simulated_node_paths_must_be_absolute_and_normalised(
-    render_dir: Path, node: dict[str, str]
+    refusals: dict[str, HostOutcome], case: str
 ) -> None:
-    run = run_role(render_dir, hygon_dcu_device_plugin_simulated_node=node)
-    assert run.returncode != 0
-    assert "absolute, normalised paths" in run.output
-    assert not render_dir.exists()
+    refused = refusals[case]
+    assert refused.failed, refused.output
+    assert "absolute, normalised paths" in refused.message
+    assert not refused.render_dir.exists()
 
 
 def _host_paths(run: RoleRun) -> dict[str, str]:
@@ -183,42 +238,15 @@ def test_metrics_on_an_ipv6_loopback(render_dir: Path, tmp_path: Path) -> None:
     assert [p["name"] for p in _container(run)["ports"]] == ["health"]
 
 
-@pytest.mark.parametrize(
-    ("variables", "message"),
-    [
-        # a loopback address: the ServiceMonitor's Service would have no endpoint
-        (
-            {"hygon_dcu_device_plugin_service_monitor": True},
-            "set hygon_dcu_device_plugin_metrics_address to 0.0.0.0",
-        ),
-        (
-            {
-                "hygon_dcu_device_plugin_service_monitor": True,
-                "hygon_dcu_device_plugin_metrics_address": "::1",
-            },
-            "a loopback address",
-        ),
-        # not an IP address; nothing that could reach the ConfigMap as YAML of its own
-        (
-            {"hygon_dcu_device_plugin_metrics_address": "0.0.0.0\nlog_level: debug"},
-            "must be an IPv4 or IPv6 address",
-        ),
-        ({"hygon_dcu_device_plugin_metrics_address": "localhost"}, "must be an IPv4 or IPv6"),
-        ({"hygon_dcu_device_plugin_metrics_address": "0.0.0.0:9411"}, "must be an IPv4 or"),
-        ({"hygon_dcu_device_plugin_metrics_address": "[::]"}, "must be an IPv4 or IPv6"),
-        ({"hygon_dcu_device_plugin_metrics_address": ""}, "must be an IPv4 or IPv6"),
-        ({"hygon_dcu_device_plugin_metrics_port": 0}, "a port from 1 to 65535"),
-        ({"hygon_dcu_device_plugin_metrics_port": 65536}, "a port from 1 to 65535"),
-        ({"hygon_dcu_device_plugin_metrics_port": 9410}, "other than the health port"),
-    ],
-)
+@pytest.mark.parametrize("case", METRICS_REFUSALS)
 def test_unreachable_or_bad_metrics_address_is_refused(
-    render_dir: Path, variables: dict[str, Any], message: str
+    refusals: dict[str, HostOutcome], case: str
 ) -> None:
-    run = run_role(render_dir, **variables)
-    assert run.returncode != 0
-    assert message in run.output
-    assert not render_dir.exists()  # refused before anything is written
+    _variables, message = METRICS_REFUSALS[case]
+    refused = refusals[case]
+    assert refused.failed, refused.output
+    assert message in refused.message
+    assert not refused.render_dir.exists()  # refused before anything is written
 
 
 def test_service_monitor_and_self_healing_when_asked(
