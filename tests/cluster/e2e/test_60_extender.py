@@ -156,7 +156,9 @@ def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
 
     running, pending = wait_for("6 pods Running and 1 unscheduled", settled, 240)
     assert pending[0].startswith("burst-4g"), (running, pending)
-    # Stays so: the scheduler retries it and the extender keeps refusing.
+    # Stays so: the scheduler retries it and the extender keeps refusing. A refusal that holds
+    # sends no signal, so this waits a fixed time: 20 s spans two retries of the 1.20
+    # scheduler's backoff (1 s doubling to its 10 s cap).
     time.sleep(20)
     assert settled() == (running, pending)
     assert len(cluster_sim.live_uuids()) == 6
@@ -412,7 +414,9 @@ def test_32_pods_at_once_never_share_a_slice(kube: Kube) -> None:
         return placed if len(current) == 32 and len(placed) == 24 else None
 
     placed = wait_for("24 of 32 pods bound", all_decided, 240)
-    time.sleep(10)  # the other 8 stay unbound
+    # The other 8 stay unbound: no event says so, so this waits one 10 s cap of the 1.20
+    # scheduler's backoff, within which each of them is retried and refused again.
+    time.sleep(10)
     assert len(all_decided() or []) == 24
     slices: dict[tuple[str, str, int], str] = {}
     for pod in placed:
