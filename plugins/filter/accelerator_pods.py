@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ansible_collections.hygon.dcu.plugins.plugin_utils.pods import has_finished, owner_kinds
+
 DOCUMENTATION = r"""
 ---
 name: accelerator_pods
@@ -58,9 +60,6 @@ _value:
       elements: dict
 """
 
-# A pod in one of these phases holds no device any more: nothing to move.
-FINISHED_PHASES = ("Succeeded", "Failed")
-
 
 def _requests_vendor_resource(pod: Mapping[str, Any], vendor_prefix: str) -> bool:
     spec = pod.get("spec") or {}
@@ -73,21 +72,16 @@ def _requests_vendor_resource(pod: Mapping[str, Any], vendor_prefix: str) -> boo
     return False
 
 
-def _owner_kinds(pod: Mapping[str, Any]) -> list[Any]:
-    return [owner.get("kind") for owner in pod["metadata"].get("ownerReferences") or []]
-
-
 def accelerator_pods(
     pods: Iterable[Mapping[str, Any]], vendor_prefix: str
 ) -> dict[str, list[dict[str, Any]]]:
     """Split the node's unfinished pods that use a vendor resource into evict and daemonset."""
     chosen: dict[str, list[dict[str, Any]]] = {"evict": [], "daemonset": []}
     for pod in pods:
-        phase = (pod.get("status") or {}).get("phase", "")
-        if phase in FINISHED_PHASES or not _requests_vendor_resource(pod, vendor_prefix):
+        if has_finished(pod) or not _requests_vendor_resource(pod, vendor_prefix):
             continue
         entry = {"namespace": pod["metadata"]["namespace"], "name": pod["metadata"]["name"]}
-        chosen["daemonset" if "DaemonSet" in _owner_kinds(pod) else "evict"].append(entry)
+        chosen["daemonset" if "DaemonSet" in owner_kinds(pod) else "evict"].append(entry)
     return chosen
 
 

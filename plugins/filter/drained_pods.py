@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ansible_collections.hygon.dcu.plugins.plugin_utils.pods import owner_kinds
+
 DOCUMENTATION = r"""
 ---
 name: drained_pods
@@ -51,9 +53,8 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
 def _left_by_a_drain(pod: Mapping[str, Any]) -> bool:
-    metadata = pod["metadata"]
-    owners = [owner.get("kind") for owner in metadata.get("ownerReferences") or []]
-    return "DaemonSet" in owners or MIRROR_ANNOTATION in (metadata.get("annotations") or {})
+    annotations = pod["metadata"].get("annotations") or {}
+    return "DaemonSet" in owner_kinds(pod) or MIRROR_ANNOTATION in annotations
 
 
 def drained_pods(pods: Iterable[Mapping[str, Any]]) -> list[str]:

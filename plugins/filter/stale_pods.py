@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.hygon.dcu.plugins.plugin_utils.pods import has_finished
 
 DOCUMENTATION = r"""
 ---
@@ -76,9 +77,6 @@ _value:
       elements: str
 """
 
-# A pod in one of these phases runs nothing any more: nothing to restart.
-FINISHED_PHASES = ("Succeeded", "Failed")
-
 
 def _grant(pod: Mapping[str, Any], key: str, value: Any) -> Mapping[str, Any]:
     try:
@@ -112,9 +110,8 @@ def stale_pods(
     stale = []
     for pod in pods:
         metadata = pod["metadata"]
-        phase = (pod.get("status") or {}).get("phase", "")
         lost = _lost_containers(pod, live_uuids, annotation_prefix)
-        if lost and phase not in FINISHED_PHASES and not metadata.get("deletionTimestamp"):
+        if lost and not has_finished(pod) and not metadata.get("deletionTimestamp"):
             stale.append(
                 {"namespace": metadata["namespace"], "name": metadata["name"], "containers": lost}
             )
