@@ -110,20 +110,17 @@ class FakeApiServer:
     def url(self) -> str:
         return f"{self._scheme}://127.0.0.1:{self.port}"
 
-    def kubeconfig_text(self, url: str | None = None) -> str:
-        return json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "fake",
-                "clusters": [{"name": "fake", "cluster": {"server": url or self.url}}],
-                "users": [{"name": "fake", "user": {"token": "fake-token"}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            }
-        )
-
     def kubeconfig(self, path: Path) -> Path:
-        path.write_text(self.kubeconfig_text())
+        """Write a kubeconfig naming this server to ``path``."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        }
+        path.write_text(json.dumps(config))
         return path
 
     # --- what tests set up and read ----------------------------------------------------------
@@ -139,7 +136,10 @@ class FakeApiServer:
         return next(t for t in self.types if t.kind == kind)
 
     def plug(self, behaviour: Behaviour) -> Behaviour:
-        self.behaviours.append(behaviour)
+        """Plugged ahead of the behaviours already there: a fault or a hook a test adds acts
+        before a standing behaviour (Bindings, a controller) answers the request."""
+        with self.lock:
+            self.behaviours.insert(0, behaviour)
         return behaviour
 
     def unplug(self, behaviour: Behaviour) -> None:
@@ -514,10 +514,10 @@ class FakeApiServer:
             return failure(409, "Conflict", "Precondition failed: UID")
         if dry_run:
             return Reply(200, copy.deepcopy(stored))
-        self.delete_stored(key)
+        self._delete_stored(key)
         return Reply(200, stored)
 
-    def delete_stored(self, key: Key) -> None:
+    def _delete_stored(self, key: Key) -> None:
         """Delete as the API server does: a Namespace takes what is in it."""
         self.objects.pop(key, None)
         self.history.append(f"delete {key[0]}/{key[2]}")

@@ -216,6 +216,12 @@ def test_bindings_follow_the_api_servers_rules(api: FakeApiServer) -> None:
     assert (status, answer["kind"]) == (201, "Status")
     assert api.get("Pod", "p", "ml")["spec"]["nodeName"] == "node-1"  # type: ignore[index]
     assert call(api, "POST", binding, {"metadata": {"uid": uid}, "target": node})[0] == 409
+    # A fault a test plugs acts before the standing Bindings answers.
+    api.remove("Pod", "p", "ml")
+    uid = api.seed(pod("p"))["metadata"]["uid"]
+    api.plug(Fault(lambda r: r.path.endswith("/binding"), status=503, times=1))
+    assert call(api, "POST", binding, {"metadata": {"uid": uid}, "target": node})[0] == 503
+    assert call(api, "POST", binding, {"metadata": {"uid": uid}, "target": node})[0] == 201
 
 
 def test_rollout_marks_workloads_rolled_out_unless_stalled() -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fake_api_server import Behaviour, Bindings, FakeApiServer, Fault, Hook, Request, lease_problem
+from fake_api_server import pod as pod_object
 from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION, GEOMETRY_LABEL
 
 NAMESPACE = "hygon-dcu-system"
@@ -53,15 +54,7 @@ def _where(request: Request) -> tuple[str, str]:
 
 class FakeCluster(FakeApiServer):
     def __init__(self) -> None:
-        self.bindings = Bindings()
-        super().__init__(patch_types=[MERGE_PATCH], behaviours=[self.bindings])
-
-    def plug(self, behaviour: Behaviour) -> Behaviour:
-        """Plugged before Bindings, which answers every Binding: a fault or a hook on a
-        Binding acts before it is answered."""
-        with self.lock:
-            self.behaviours.insert(self.behaviours.index(self.bindings), behaviour)
-        return behaviour
+        super().__init__(patch_types=[MERGE_PATCH], behaviours=[Bindings()])
 
     # what tests set up --------------------------------------------------------------------
     def put_lease(
@@ -108,22 +101,16 @@ class FakeCluster(FakeApiServer):
         node: str = "",
     ) -> dict[str, Any]:
         """A pod as the API server stores it; returns a copy (what the scheduler sends)."""
-        pod: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace},
-            "spec": {
-                "schedulerName": "hygon-dcu-scheduler",
-                "containers": [
-                    {"name": c, "image": "x", "resources": {"limits": dict(limits)}}
-                    for c, limits in containers.items()
-                ],
-            },
-            "status": {"phase": phase},
-        }
-        if node:
-            pod["spec"]["nodeName"] = node
-        return self.seed(pod)
+        return self.seed(
+            pod_object(
+                name,
+                namespace,
+                node=node,
+                containers=containers,
+                phase=phase,
+                scheduler="hygon-dcu-scheduler",
+            )
+        )
 
     def pod(self, name: str, namespace: str = "ml") -> dict[str, Any]:
         found = self.get("Pod", name, namespace)

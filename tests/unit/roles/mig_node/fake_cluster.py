@@ -29,6 +29,7 @@ from typing import Any
 
 import simnode
 from fake_api_server import Behaviour, FakeApiServer, Reply, Request, failure, status_body
+from fake_api_server import pod as pod_object
 
 from .runner import node_vars
 
@@ -185,36 +186,17 @@ class FakeCluster(Behaviour):
         labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None,
     ) -> None:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "labels": labels or {"app": name},
-                "annotations": annotations or {},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "apps/v1",
-                        "kind": owner,
-                        "name": f"{name}-owner",
-                        "uid": f"o-{name}",
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {
-                "nodeName": self.node_name,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": "registry.local/app:1",
-                        "resources": {"limits": limits or {}},
-                    }
-                ],
-            },
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-        }
+        pod = pod_object(
+            name,
+            namespace,
+            node=self.node_name,
+            containers={"main": limits or {}},
+            phase="Running",
+            ready=True,
+            labels=labels or {"app": name},
+            annotations=annotations or {},
+            owner=owner,
+        )
         with self.api.lock:
             self.api.seed(pod)
             if _requests_dcu(pod):
