@@ -67,6 +67,13 @@ def test_kubelet_restart_plugin_registers_again(kube: Kube, cluster_sim: SimNode
 def test_plugin_killed_and_its_pod_deleted_no_leak_no_double_grant(
     kube: Kube, cluster_sim: SimNode
 ) -> None:
+    # A pod bound before the kubelet has the plugin registered again can be refused at admission
+    # (UnexpectedAdmissionError, phase Failed), which is Kubernetes' behaviour, not the plugin's.
+    wait_for(
+        "the partition family advertised",
+        lambda: int(kube.allocatable().get(FAMILY, "0")) > 0,
+        180,
+    )
     kube.apply(partition_pod("held", command=["sh", "-c", "dcu-probe && sleep 3600"]))
     wait_for("held Running", lambda: phase(kube, "held") == "Running", 180)
     held_uuid = wait_for("held's grant", lambda: granted_uuid(kube, "held"), 30)

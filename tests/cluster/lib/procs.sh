@@ -12,11 +12,14 @@ start_daemon() {
     mkdir -p "$RUN_DIR" "$LOG_DIR"
     # A session of its own: the daemon outlives this script and ignores its terminal.
     setsid "$@" >>"$LOG_DIR/$name.log" 2>&1 </dev/null &
-    local pid=$! deadline=$((SECONDS + 10))
+    local pid=$! deadline=$((SECONDS + 10)) comm
     printf '%s\n' "$pid" >"$RUN_DIR/$name.pid"
-    # Until the forked shell has exec'd the daemon, its command line is this script's: the
-    # daemon would not be recognised as ours yet.
-    until [[ "$(cmdline_of "$pid" || true)" == *"$CLUSTER_WORK/"* ]]; do
+    # The forked shell execs setsid, which execs the daemon. Until the daemon itself runs, the
+    # command line is this script's or setsid's, and during the second exec it can read empty:
+    # checked then, a daemon that is starting would look dead. Wait for the daemon's own name.
+    comm="$(basename "$1")"
+    comm="${comm:0:15}"
+    until [[ "$(comm_of "$pid" || true)" == "$comm" && "$(cmdline_of "$pid" || true)" == *"$CLUSTER_WORK/"* ]]; do
         [[ -e "/proc/$pid" ]] || die "$name exited at once; log: $LOG_DIR/$name.log"
         ((SECONDS < deadline)) || die "$name did not start within 10 s"
         sleep 0.05
