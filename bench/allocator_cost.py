@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from hygon_dcu_plugin.grants import Grant
+from hygon_dcu_plugin.deviceplugin.grants import Grant
 from hygon_dcu_plugin.vocabulary import FAMILY, profile_resource
 
 from .instrument import CallCost, Ledger

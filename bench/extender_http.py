@@ -67,6 +67,7 @@ from hygon_dcu_plugin.placement import PACK, choose, slices_of  # noqa: E402
 from hygon_dcu_plugin.request import ProfileRequest, SizeRequest  # noqa: E402
 from hygon_dcu_plugin.reservation import Reservation, Reserved  # noqa: E402
 from hygon_dcu_plugin.reservation import encode as encode_reservation  # noqa: E402
+from hygon_dcu_plugin.serving.tls import CertificateReloader  # noqa: E402
 from hygon_dcu_plugin.vocabulary import (  # noqa: E402
     FAMILY,
     MEMORY_MIB,
@@ -74,7 +75,6 @@ from hygon_dcu_plugin.vocabulary import (  # noqa: E402
     RESERVATION_ANNOTATION,
     SCHEDULER_NAME,
 )
-from hygon_dcu_plugin.webhook.tls import CertificateReloader  # noqa: E402
 from webhook_support import make_authority  # noqa: E402
 
 from bench.multinode import MODELS, Requests, node_geometry  # noqa: E402

@@ -22,11 +22,11 @@ from typing import Any
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiLibrary
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
-from hygon_dcu_plugin.allocator import Allocator
-from hygon_dcu_plugin.locks import Locks
-from hygon_dcu_plugin.podresources import PodResourcesClient
-from hygon_dcu_plugin.reclaimer import Reclaimer
-from hygon_dcu_plugin.runtime import Runtime
+from hygon_dcu_plugin.deviceplugin.allocator import Allocator
+from hygon_dcu_plugin.deviceplugin.locks import Locks
+from hygon_dcu_plugin.deviceplugin.podresources import PodResourcesClient
+from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
+from hygon_dcu_plugin.deviceplugin.runtime import Runtime
 
 
 class MissingMethod(RuntimeError):

@@ -45,7 +45,7 @@ for _extra in ("tests/simulator", "plugin_image/src", ".venv/collections", "."):
         sys.path.insert(0, str(REPO / _extra))
 
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: E402
-from hygon_dcu_plugin.advertise import free_capacity  # noqa: E402
+from hygon_dcu_plugin.deviceplugin.advertise import free_capacity  # noqa: E402
 from hygon_dcu_plugin.extender.decide import (  # noqa: E402
     BINPACK,
     SPREAD,

@@ -29,10 +29,10 @@ for _tests in ("tests/unit/plugin_image", "tests/support"):
 
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: E402
 from fake_kube import FakeKube  # noqa: E402
-from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2 as dp  # noqa: E402
 from hygon_dcu_plugin.config import Settings  # noqa: E402
-from hygon_dcu_plugin.podresources import PodResourcesClient  # noqa: E402
-from hygon_dcu_plugin.runtime import Runtime  # noqa: E402
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as dp  # noqa: E402
+from hygon_dcu_plugin.deviceplugin.podresources import PodResourcesClient  # noqa: E402
+from hygon_dcu_plugin.deviceplugin.runtime import Runtime  # noqa: E402
 from hygon_dcu_plugin.vocabulary import FAMILY, profile_resource  # noqa: E402
 from kubelet_emulator import EmulatedPod, KubeletEmulator  # noqa: E402
 

@@ -1,8 +1,9 @@
 """Generate (or check) the checked-in Python stubs for the kubelet APIs.
 
-The protos live in plugin_image/proto/; the stubs in plugin_image/src/hygon_dcu_plugin/api/.
-protoc runs with the protos placed under hygon_dcu_plugin/api/ so the generated gRPC modules
-import their message modules by package path; stub_layout then fixes only the layout (ansible-test
+The protos live in plugin_image/proto/; the stubs in
+plugin_image/src/hygon_dcu_plugin/deviceplugin/api/. protoc runs with the protos placed under
+hygon_dcu_plugin/deviceplugin/api/ so the generated gRPC modules import their message modules by
+package path; stub_layout then fixes only the layout (ansible-test
 sanity checks these files too).
 
     generate_stubs.py            rewrite the stubs
@@ -22,8 +23,8 @@ from stub_layout import lay_out
 
 IMAGE_DIR = Path(__file__).resolve().parent.parent
 DEFAULT_PROTO_DIR = IMAGE_DIR / "proto"
-DEFAULT_OUT_DIR = IMAGE_DIR / "src" / "hygon_dcu_plugin" / "api"
-PACKAGE_PATH = Path("hygon_dcu_plugin") / "api"
+DEFAULT_OUT_DIR = IMAGE_DIR / "src" / "hygon_dcu_plugin" / "deviceplugin" / "api"
+PACKAGE_PATH = Path("hygon_dcu_plugin") / "deviceplugin" / "api"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 

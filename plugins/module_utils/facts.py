@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .cards import Card, Profile
 from .holders import Gap, Holder
-from .node import Card, Instance, ModeState, Profile
+from .node import Instance, ModeState
 from .registry import Finding
 
 

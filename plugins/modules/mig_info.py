@@ -153,7 +153,8 @@ from ..module_utils.facts import (
     mode_facts,
 )
 from ..module_utils.hydmi import HydmiError
-from ..module_utils.node import Card, Node
+from ..module_utils.cards import Card
+from ..module_utils.node import Node
 
 
 def profiles_by_name(cards: list[Card]) -> list[dict[str, Any]]:

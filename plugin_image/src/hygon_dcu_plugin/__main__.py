@@ -2,6 +2,6 @@
 
 import sys
 
-from .cli import main
+from hygon_dcu_plugin.cli import main
 
 sys.exit(main())

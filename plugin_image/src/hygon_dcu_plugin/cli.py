@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Sequence
 from types import FrameType
 
-from . import __version__
-from .config import FILE_HELP, ConfigError, add_flags, settings_from
+from hygon_dcu_plugin import __version__
+from hygon_dcu_plugin.config import FILE_HELP, ConfigError, add_flags, settings_from
 
 log = logging.getLogger("hygon_dcu_plugin")
 
@@ -37,18 +37,18 @@ def _fail(message: str) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .collection import ensure_collection, missing_packages  # noqa: PLC0415
+    from hygon_dcu_plugin.collection import ensure_collection, missing_packages  # noqa: PLC0415
 
     problem = missing_packages() or ensure_collection()
     if problem:
         return _fail(problem)
     from ansible_collections.hygon.dcu.plugins.module_utils.node import Node  # noqa: PLC0415
 
-    from . import logs  # noqa: PLC0415
-    from .health import HealthServer, MetricsServer  # noqa: PLC0415
-    from .kube import KubernetesApi  # noqa: PLC0415
-    from .podresources import PodResourcesClient  # noqa: PLC0415
-    from .runtime import Runtime  # noqa: PLC0415
+    from hygon_dcu_plugin import logs  # noqa: PLC0415
+    from hygon_dcu_plugin.deviceplugin.health import HealthServer, MetricsServer  # noqa: PLC0415
+    from hygon_dcu_plugin.deviceplugin.podresources import PodResourcesClient  # noqa: PLC0415
+    from hygon_dcu_plugin.deviceplugin.runtime import Runtime  # noqa: PLC0415
+    from hygon_dcu_plugin.kube import KubernetesApi  # noqa: PLC0415
 
     try:
         settings = settings_from(args)
@@ -143,14 +143,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _webhook(argv: list[str]) -> int:
     # Imported here, as serve imports its own: neither program loads the other.
-    from .webhook import server  # noqa: PLC0415
+    from hygon_dcu_plugin.webhook import server  # noqa: PLC0415
 
     return int(server.main(argv))
 
 
 def _extender(argv: list[str]) -> int:
     # Imported here too: the extender loads neither the device plugin nor the webhook's main.
-    from .extender import main  # noqa: PLC0415
+    from hygon_dcu_plugin.extender import main  # noqa: PLC0415
 
     return int(main.main(argv))
 

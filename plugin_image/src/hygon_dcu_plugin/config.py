@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .vocabulary import POLICIES
+from hygon_dcu_plugin.vocabulary import POLICIES
 
 
 class ConfigError(Exception):

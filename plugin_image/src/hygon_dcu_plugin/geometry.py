@@ -32,15 +32,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ansible_collections.hygon.dcu.plugins.module_utils.node import (
-    Card,
-    occupied_by,
-    slices_of,
-)
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card, occupied_by, slices_of
 from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDRESS
 
-from .host import card_key
-from .placement import CardView
+from hygon_dcu_plugin.host import card_key
+from hygon_dcu_plugin.placement import CardView
 
 SCHEMA = 1
 # Twice an 8-card server (the simulator's limit is 16 too).

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # a type only: the Allocate answer (response.py) needs no collection
-    from ansible_collections.hygon.dcu.plugins.module_utils.node import Card
+    from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from .config import kube_name_problem
-from .vocabulary import GEOMETRY_ANNOTATION, GEOMETRY_LABEL, GEOMETRY_LABEL_VALUE
+from hygon_dcu_plugin.config import kube_name_problem
+from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION, GEOMETRY_LABEL, GEOMETRY_LABEL_VALUE
 
 # (apiGroup, resource, verb) for every call below; "" is the core group.
 API_ACCESS: tuple[tuple[str, str, str], ...] = (
@@ -104,7 +104,7 @@ class KubeApiError(Exception):
 _NOT_FOUND_RAISES = object()
 
 
-def _request(what: str, call: Callable[[], Any], not_found: Any = _NOT_FOUND_RAISES) -> Any:
+def api_call(what: str, call: Callable[[], Any], not_found: Any = _NOT_FOUND_RAISES) -> Any:
     """One API call. Every failure becomes a KubeApiError naming what was asked; a 404 is the
     answer ``not_found`` when the caller gave one (the object is gone, which says something)."""
     try:
@@ -115,6 +115,27 @@ def _request(what: str, call: Callable[[], Any], not_found: Any = _NOT_FOUND_RAI
         raise KubeApiError(f"{what}: HTTP {exc.status} {exc.reason}") from exc
     except Exception as exc:
         raise KubeApiError(f"{what}: {exc}") from exc
+
+
+def event_about(
+    pod: PodRef, kind: str, reason: str, message: str, *, component: str, host: str | None = None
+) -> client.CoreV1Event:
+    """The Event (kind Normal or Warning) about ``pod`` that ``component`` (on ``host``) records:
+    the one builder of the image's programs."""
+    now = datetime.now(UTC)
+    return client.CoreV1Event(
+        metadata=client.V1ObjectMeta(generate_name=f"{pod.name[:200]}.", namespace=pod.namespace),
+        involved_object=client.V1ObjectReference(
+            api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
+        ),
+        type=kind,
+        reason=reason,
+        message=message,
+        source=client.V1EventSource(component=component, host=host),
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+    )
 
 
 class KubeApi(Protocol):
@@ -212,7 +233,7 @@ class KubernetesApi:
         self._timeout = timeout
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
-        obj = _request(
+        obj = api_call(
             f"get pod {namespace}/{name}",
             lambda: self._core.read_namespaced_pod(name, namespace, _request_timeout=self._timeout),
             not_found=None,
@@ -220,7 +241,7 @@ class KubernetesApi:
         return None if obj is None else pod_from_api(obj)
 
     def list_node_pods(self, node_name: str) -> list[Pod]:
-        result = _request(
+        result = api_call(
             f"list pods on node {node_name}",
             lambda: self._core.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={node_name}", _request_timeout=self._timeout
@@ -234,7 +255,7 @@ class KubernetesApi:
         # The uid in the patch makes the API server refuse it if the name now belongs to a
         # different pod (uid is immutable).
         body = {"metadata": {"uid": uid, "annotations": annotations}}
-        _request(
+        api_call(
             f"annotate pod {namespace}/{name}",
             lambda: self._core.patch_namespaced_pod(
                 name, namespace, body, _request_timeout=self._timeout
@@ -243,7 +264,7 @@ class KubernetesApi:
 
     def delete_pod_with_uid(self, pod: PodRef) -> None:
         body = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.uid))
-        _request(
+        api_call(
             f"delete pod {pod.namespace}/{pod.name}",
             lambda: self._core.delete_namespaced_pod(
                 pod.name, pod.namespace, body=body, _request_timeout=self._timeout
@@ -252,23 +273,8 @@ class KubernetesApi:
         )
 
     def create_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
-        now = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{pod.name[:200]}.", namespace=pod.namespace
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
-            ),
-            type=kind,
-            reason=reason,
-            message=message,
-            source=client.V1EventSource(component=EVENT_SOURCE, host=self._node_name),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
-        _request(
+        body = event_about(pod, kind, reason, message, component=EVENT_SOURCE, host=self._node_name)
+        api_call(
             f"event on pod {pod.namespace}/{pod.name}",
             lambda: self._core.create_namespaced_event(
                 pod.namespace, body, _request_timeout=self._timeout
@@ -306,7 +312,7 @@ class KubernetesApi:
                 raise KubeApiError(f"geometry lease {kind} {value[:80]!r}: {problem}")
         what = f"geometry lease {namespace}/{name}"
         now = micro_time(datetime.now(UTC))
-        current = _request(
+        current = api_call(
             f"get {what}",
             lambda: self._coordination.read_namespaced_lease(
                 name, namespace, _request_timeout=self._timeout
@@ -327,7 +333,7 @@ class KubernetesApi:
                     renew_time=now,
                 ),
             )
-            _request(
+            api_call(
                 f"create {what}",
                 lambda: self._coordination.create_namespaced_lease(
                     namespace, body, _request_timeout=self._timeout
@@ -360,7 +366,7 @@ class KubernetesApi:
                 lease_transitions=transitions,
             ),
         )
-        _request(
+        api_call(
             f"update {what}",
             lambda: self._coordination.replace_namespaced_lease(
                 name, namespace, body, _request_timeout=self._timeout

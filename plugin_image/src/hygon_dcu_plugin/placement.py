@@ -17,18 +17,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol
 
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Span as PlacementLike
-from ansible_collections.hygon.dcu.plugins.module_utils.node import (
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Span as PlacementLike
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import (
     fit_count,
     occupied_by,
     slices_of,
 )
-from ansible_collections.hygon.dcu.plugins.module_utils.node import (
-    free_placements as free_spans,
-)
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import free_placements as free_spans
 
-from .request import SizeRequest
-from .vocabulary import PACK, POLICIES, SPREAD
+from hygon_dcu_plugin.request import SizeRequest
+from hygon_dcu_plugin.vocabulary import PACK, POLICIES, SPREAD
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar

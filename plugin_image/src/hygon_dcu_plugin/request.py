@@ -1,6 +1,6 @@
 """The one reading of a container's partition request: its resources in, a typed verdict out.
 
-The admission webhook (``webhook.rules``), the allocator and the scheduler extender must reach
+The admission webhook (``pod_rules``), the allocator and the scheduler extender must reach
 the same verdict on every container, so none of them reads a partition limit itself.
 
 Public API::
@@ -24,9 +24,9 @@ strings, or whatever else a client sent). ``ContainerRequest`` is one of:
   summary.
 
 ``Reason`` is the single definition of every refusal reason: those of one container (decided
-here) and those of where a container sits in its pod (decided by ``webhook.rules``). Its values
+here) and those of where a container sits in its pod (decided by ``pod_rules``). Its values
 are the ``rule`` label of ``hygon_dcu_admission_denials_total`` and the webhook's log;
-``Reason.refusal`` is the ``vocabulary.AllocateRefusal`` that Allocate refuses it with.
+``Reason.refusal`` is the ``refusal.AllocateRefusal`` that Allocate refuses it with.
 ``Violation`` is one broken rule; ``is_partition(name)`` tells a partition resource.
 
 Decisions where Kubernetes leaves room:
@@ -52,9 +52,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol, TypeAlias, TypeVar
 
-from .quantity import QuantityError, parse_quantity, whole_number
-from .shown import shorten, show_names, show_value
-from .vocabulary import (
+from hygon_dcu_plugin.quantity import QuantityError, parse_quantity, whole_number
+from hygon_dcu_plugin.refusal import AllocateRefusal
+from hygon_dcu_plugin.shown import shorten, show_names, show_value
+from hygon_dcu_plugin.vocabulary import (
     COMPUTE_UNITS,
     FAMILY,
     MEMORY_MIB,
@@ -62,7 +63,6 @@ from .vocabulary import (
     SIZE_RESOURCES,
     SLICED,
     WHOLE_CARD,
-    AllocateRefusal,
     profile_resource,
 )
 
@@ -110,14 +110,14 @@ class Reason(StrEnum):
     SIZE_WITH_PROFILE = "size-with-profile"
     COMPUTE_UNITS_WITHOUT_MEMORY = "compute-units-without-memory"
     SIZE_OUT_OF_RANGE = "size-out-of-range"
-    # Where the container sits in its pod: webhook.rules.
+    # Where the container sits in its pod: pod_rules.
     PARTITION_IN_SIDECAR = "partition-in-sidecar"
     PARTITION_IN_INIT_CONTAINER = "partition-in-init-container"
     EPHEMERAL_CONTAINER_RESOURCE = "ephemeral-container-resource"
     # Whole cards next to a partition: in the container itself (parse_container) or in
-    # another container of the pod (webhook.rules).
+    # another container of the pod (pod_rules).
     MIXED_WITH_PARTITIONS = "mixed-with-partitions"
-    # A size no profile of any node covers: webhook.rules, from the published geometry.
+    # A size no profile of any node covers: pod_rules, from the published geometry.
     SIZE_NOT_OFFERED = "size-not-offered"
     MALFORMED_POD = "malformed-pod"
 

@@ -6,11 +6,6 @@ How a container's limits map onto these names is read in one place: ``request.py
 from __future__ import annotations
 
 import hashlib
-from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .request import Reason
 
 VENDOR_PREFIX = "hygon.com/"
 WHOLE_CARD = VENDOR_PREFIX + "dcu"
@@ -55,77 +50,6 @@ SCHEDULER_NAME = "hygon-dcu-scheduler"  # the second scheduler's default profile
 PACK = "pack"
 SPREAD = "spread"
 POLICIES = (PACK, SPREAD)
-
-
-class AllocateRefusal(StrEnum):
-    """Why Allocate refuses a container: the ``reason`` label of
-    hygon_dcu_allocation_failures_total (docs/image.md lists them; dashboards and alerts
-    select on them), each answered to the kubelet with its gRPC status (``status``).
-
-    A container refused for its own resources gets its request model reason's refusal
-    (``request.Reason.refusal``).
-    """
-
-    BAD_REQUEST = "bad_request"
-    NO_PROFILE = "no_profile"
-    TWO_PROFILES = "two_profiles"
-    TOO_MANY = "too_many"
-    UNKNOWN_PROFILE = "unknown_profile"
-    NO_CAPACITY = "no_capacity"
-    UNIDENTIFIED = "unidentified"
-    KUBELET_UNREACHABLE = "kubelet_unreachable"
-    STALE_GRANT = "stale_grant"
-    CARD_UNHEALTHY = "card_unhealthy"
-    POISONED_REGISTRY = "poisoned_registry"
-    RESERVATION_TAKEN = "reservation_taken"
-    BAD_RESERVATION = "bad_reservation"
-    GRANTS_STORE = "grants_store"
-
-    @property
-    def status(self) -> str:
-        """The name of the grpc.StatusCode the kubelet is answered with."""
-        return _GRPC_STATUS[self]
-
-
-# The spec is wrong: INVALID_ARGUMENT; the node cannot serve it now: RESOURCE_EXHAUSTED or
-# FAILED_PRECONDITION. Names, not grpc's enum, so the webhook (which imports this module)
-# does not load grpc.
-_GRPC_STATUS = {
-    AllocateRefusal.BAD_REQUEST: "INVALID_ARGUMENT",
-    AllocateRefusal.NO_PROFILE: "INVALID_ARGUMENT",
-    AllocateRefusal.TWO_PROFILES: "INVALID_ARGUMENT",
-    AllocateRefusal.TOO_MANY: "INVALID_ARGUMENT",
-    AllocateRefusal.UNKNOWN_PROFILE: "FAILED_PRECONDITION",
-    AllocateRefusal.NO_CAPACITY: "RESOURCE_EXHAUSTED",
-    AllocateRefusal.UNIDENTIFIED: "FAILED_PRECONDITION",
-    AllocateRefusal.KUBELET_UNREACHABLE: "FAILED_PRECONDITION",
-    AllocateRefusal.STALE_GRANT: "FAILED_PRECONDITION",
-    AllocateRefusal.CARD_UNHEALTHY: "FAILED_PRECONDITION",
-    AllocateRefusal.POISONED_REGISTRY: "FAILED_PRECONDITION",
-    AllocateRefusal.RESERVATION_TAKEN: "FAILED_PRECONDITION",
-    AllocateRefusal.BAD_RESERVATION: "FAILED_PRECONDITION",
-    AllocateRefusal.GRANTS_STORE: "FAILED_PRECONDITION",
-}
-
-
-class RequestRefused(Exception):
-    """An Allocate the plugin will not serve; the message tells the user what to change.
-
-    ``reason`` is the AllocateRefusal; ``request_reason`` is the request model's Reason when
-    the container's own resources are what is wrong (``for_request``).
-    """
-
-    def __init__(self, reason: AllocateRefusal, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.request_reason: Reason | None = None
-
-    @classmethod
-    def for_request(cls, request_reason: Reason, message: str) -> RequestRefused:
-        """Refused for the container's own resources: the refusal is the reason's."""
-        refused = cls(request_reason.refusal, message)
-        refused.request_reason = request_reason
-        return refused
 
 
 def annotation_key(container: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiLibrary
-from hygon_dcu_plugin.runtime import Runtime
+from hygon_dcu_plugin.deviceplugin.runtime import Runtime
 from hygon_dcu_plugin.vocabulary import FAMILY, profile_resource
 
 from bench import allocator_cost
@@ -55,7 +55,7 @@ def test_a_wrapped_method_that_is_gone_fails_the_install_by_name(
     # The ledger wraps methods by name; a rename must not leave their time silently uncounted.
     original = HydmiLibrary.__dict__["call"]
     monkeypatch.delattr(Runtime, "refresh")
-    wanted = r"hygon_dcu_plugin\.runtime\.Runtime\.refresh, but"
+    wanted = r"hygon_dcu_plugin\.deviceplugin\.runtime\.Runtime\.refresh, but"
     with pytest.raises(MissingMethod, match=wanted), Ledger().installed():
         pass
     assert HydmiLibrary.__dict__["call"] is original  # what it had wrapped first is put back

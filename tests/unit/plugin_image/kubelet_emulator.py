@@ -18,10 +18,10 @@ from concurrent import futures
 from dataclasses import dataclass, field
 
 import grpc
-from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2 as dp
-from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2_grpc as dp_grpc
-from hygon_dcu_plugin.api import podresources_v1_pb2 as pr
-from hygon_dcu_plugin.api import podresources_v1_pb2_grpc as pr_grpc
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as dp
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as dp_grpc
+from hygon_dcu_plugin.deviceplugin.api import podresources_v1_pb2 as pr
+from hygon_dcu_plugin.deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
 
 CHECKPOINT = "kubelet_internal_checkpoint"
 

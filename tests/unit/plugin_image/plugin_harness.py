@@ -14,13 +14,13 @@ import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from fake_kube import FakeKube, limits_for
-from hygon_dcu_plugin.advertise import healthy_count
-from hygon_dcu_plugin.allocator import Allocator
-from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2 as pb
 from hygon_dcu_plugin.config import Settings
-from hygon_dcu_plugin.podresources import ListedContainer, ListedPod
-from hygon_dcu_plugin.reclaimer import Reclaimer
-from hygon_dcu_plugin.runtime import Runtime
+from hygon_dcu_plugin.deviceplugin.advertise import healthy_count
+from hygon_dcu_plugin.deviceplugin.allocator import Allocator
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from hygon_dcu_plugin.deviceplugin.podresources import ListedContainer, ListedPod
+from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
+from hygon_dcu_plugin.deviceplugin.runtime import Runtime
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hygon_dcu_plugin.grants import Grant
+from hygon_dcu_plugin.deviceplugin.grants import Grant
 
 _SAMPLE = Grant(
     uuid="0a0b0c0d-0000-4000-8000-000000000001",

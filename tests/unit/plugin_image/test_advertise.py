@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hygon_dcu_plugin.advertise import (
+from hygon_dcu_plugin.deviceplugin.advertise import (
     healthy_count,
     partition_plan,
     token_devices,

@@ -9,18 +9,13 @@ from pathlib import Path
 
 import pytest
 import simnode
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Placement, Profile
 from ansible_collections.hygon.dcu.plugins.module_utils.facts import card_facts
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Placement, Profile
-from hygon_dcu_plugin.advertise import free_capacity
-from hygon_dcu_plugin.allocator import card_views
+from hygon_dcu_plugin.deviceplugin.advertise import free_capacity
+from hygon_dcu_plugin.deviceplugin.allocator import card_views
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import KubeApiError
-from hygon_dcu_plugin.vocabulary import (
-    ANNOTATION_PREFIX,
-    FAMILY,
-    PROFILE_PREFIX,
-    WHOLE_CARD,
-    RequestRefused,
-)
+from hygon_dcu_plugin.vocabulary import ANNOTATION_PREFIX, FAMILY, PROFILE_PREFIX, WHOLE_CARD
 from plugin_harness import Harness, make_node
 
 IDLE_BW = {

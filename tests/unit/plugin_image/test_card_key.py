@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import simnode
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Card
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
 from hygon_dcu_plugin.host import card_key
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
 from plugin_harness import Harness, make_node

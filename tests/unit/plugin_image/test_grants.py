@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hygon_dcu_plugin.grants import MARK, GrantError, GrantStore, StoreFault
+from hygon_dcu_plugin.deviceplugin.grants import MARK, GrantError, GrantStore, StoreFault
 from sample_grant import sample_grant
 
 

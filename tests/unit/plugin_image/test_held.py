@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from hygon_dcu_plugin.grants import Grant, GrantStore
-from hygon_dcu_plugin.held import held_tokens
-from hygon_dcu_plugin.podresources import ListedContainer, ListedPod, PodResourcesError
+from hygon_dcu_plugin.deviceplugin.grants import Grant, GrantStore
+from hygon_dcu_plugin.deviceplugin.held import held_tokens
+from hygon_dcu_plugin.deviceplugin.podresources import ListedContainer, ListedPod, PodResourcesError
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
 from sample_grant import sample_grant
 

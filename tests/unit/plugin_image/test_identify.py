@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hygon_dcu_plugin.grants import Grant
-from hygon_dcu_plugin.identify import Target, identify
+from hygon_dcu_plugin.deviceplugin.grants import Grant
+from hygon_dcu_plugin.deviceplugin.identify import Target, identify
+from hygon_dcu_plugin.deviceplugin.podresources import ListedContainer, ListedPod
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import ContainerSpec, Pod
-from hygon_dcu_plugin.podresources import ListedContainer, ListedPod
-from hygon_dcu_plugin.vocabulary import FAMILY, RequestRefused
+from hygon_dcu_plugin.vocabulary import FAMILY
 
 LIMITS = {FAMILY: "1", FAMILY + ".mig-2g.15gb": "1"}
 

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import simnode
 from fake_kube import FakeKube, limits_for
-from hygon_dcu_plugin.events import NORMAL, WARNING, PodEvents
+from hygon_dcu_plugin.deviceplugin.events import NORMAL, WARNING, PodEvents
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import PodEvent, PodRef
-from hygon_dcu_plugin.vocabulary import FAMILY, RequestRefused
+from hygon_dcu_plugin.vocabulary import FAMILY
 from plugin_harness import Harness
 
 

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from hygon_dcu_plugin.health import HealthServer, MetricsServer
+from hygon_dcu_plugin.deviceplugin.health import HealthServer, MetricsServer
+from hygon_dcu_plugin.deviceplugin.metrics import Metrics
 from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, LOST_POD_DELETE_ACCESS, pod_from_api
 from hygon_dcu_plugin.logs import JsonFormatter
-from hygon_dcu_plugin.metrics import Metrics
-from hygon_dcu_plugin.vocabulary import AllocateRefusal
+from hygon_dcu_plugin.refusal import AllocateRefusal
 from kubernetes import client
 
 

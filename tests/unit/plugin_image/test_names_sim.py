@@ -10,7 +10,8 @@ import pytest
 import simnode
 from fake_api_server import annotation_key_problem
 from fake_kube import limits_for
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, RequestRefused, annotation_key
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
+from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, annotation_key
 from plugin_harness import Harness, make_node
 
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible_collections.hygon.dcu.plugins.module_utils import node
+from ansible_collections.hygon.dcu.plugins.module_utils import cards
 from hygon_dcu_plugin import placement
 from hygon_dcu_plugin.placement import CardView, choose, free_placements, remaining
 from hypothesis import given
@@ -129,9 +129,10 @@ def test_remaining_is_the_most_free_placements_that_fit_together(
 
 
 def test_the_geometry_is_the_node_layers() -> None:
-    assert placement.slices_of is node.slices_of
-    assert placement.occupied_by is node.occupied_by
-    assert placement.PlacementLike is node.Span
+    # One definition (module_utils/cards.py): the node layer counts with it, placement decides.
+    assert placement.slices_of is cards.slices_of
+    assert placement.occupied_by is cards.occupied_by
+    assert placement.PlacementLike is cards.Span
 
 
 def test_the_configuration_loads_without_the_collection() -> None:

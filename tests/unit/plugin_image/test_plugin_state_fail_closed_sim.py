@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
-from hygon_dcu_plugin.vocabulary import RequestRefused
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from plugin_harness import Harness
 
 PASSES = 3

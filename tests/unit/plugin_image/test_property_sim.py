@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import simnode
-from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD, RequestRefused
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plugin_harness import Harness, make_node

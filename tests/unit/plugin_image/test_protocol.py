@@ -10,7 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 import simnode
-from hygon_dcu_plugin.podresources import PodResourcesClient
+from hygon_dcu_plugin.deviceplugin.podresources import PodResourcesClient
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import Harness

@@ -25,6 +25,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import LibraryUnus
 from fake_api_server import FakeApiServer, Fault, Hook, Request, pod
 from fake_api_server.validation import MICRO_TIME
 from fake_kube import FakeKube
+from hygon_dcu_plugin.deviceplugin.publisher import GeometryPublisher
 from hygon_dcu_plugin.geometry import GeoCard, Geometry, GeoOwner, GeoPlacement, GeoProfile, decode
 from hygon_dcu_plugin.kube import (
     LEASE_ACCESS,
@@ -33,7 +34,6 @@ from hygon_dcu_plugin.kube import (
     KubernetesApi,
     micro_time,
 )
-from hygon_dcu_plugin.publisher import GeometryPublisher
 from hygon_dcu_plugin.vocabulary import FAMILY, GEOMETRY_ANNOTATION, GEOMETRY_LABEL
 from kubelet_emulator import KubeletEmulator
 from kubernetes import client
@@ -174,14 +174,15 @@ def world(server: FakeApiServer, tmp_path: Path) -> Iterator[World]:
 def publisher_logs(caplog: pytest.LogCaptureFixture) -> None:
     # The publisher's own level, so what these tests read of its log does not hang on the
     # root logger's level.
-    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.publisher")
+    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.deviceplugin.publisher")
 
 
 def records(caplog: pytest.LogCaptureFixture, level: int | None = None) -> list[logging.LogRecord]:
     return [
         r
         for r in caplog.records
-        if r.name == "hygon_dcu_plugin.publisher" and (level is None or r.levelno == level)
+        if r.name == "hygon_dcu_plugin.deviceplugin.publisher"
+        and (level is None or r.levelno == level)
     ]
 
 
@@ -288,7 +289,7 @@ def test_a_burst_of_notifications_coalesces_into_few_writes(world: World) -> Non
 def test_an_outage_is_retried_with_backoff_logged_once_and_recovers(
     world: World, server: FakeApiServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.publisher")
+    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.deviceplugin.publisher")
     outage = server.plug(Fault(for_leases, status=503))
     world.publisher.start()
     assert wait_until(lambda: len(lease_calls(server)) >= 4)
@@ -383,7 +384,7 @@ def test_a_round_stopped_before_its_write_writes_nothing(
 def test_a_failing_snapshot_publishes_nothing_not_even_the_heartbeat(
     server: FakeApiServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.publisher")
+    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.deviceplugin.publisher")
     world = World(server, tmp_path, renew=1.0)
     try:
         world.broken = RuntimeError("management library unusable")
@@ -641,7 +642,7 @@ def test_without_a_namespace_or_a_usable_node_name_nothing_is_published(
     message: str,
     missing: str | None,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.runtime")
+    caplog.set_level(logging.INFO, logger="hygon_dcu_plugin.deviceplugin.runtime")
     harness = Harness(bw_node, short_tmp, **settings)
     assert harness.runtime.publisher is None
     said = [r for r in caplog.records if message in r.getMessage()]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import simnode
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, RequestRefused
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
+from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
 from plugin_harness import Harness
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import simnode
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Node
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from hygon_dcu_plugin.deviceplugin.reclaimer import PassReport
 from hygon_dcu_plugin.kube import PodEvent
-from hygon_dcu_plugin.reclaimer import PassReport
 from plugin_harness import Harness
 
 

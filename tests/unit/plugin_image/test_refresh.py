@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from hygon_dcu_plugin.advertise import Device
+from hygon_dcu_plugin.deviceplugin.advertise import Device
 from plugin_harness import Harness
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Profile
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Profile
 from hygon_dcu_plugin.request import (
     NoPartitionRequest,
     ProfileRequest,

@@ -18,12 +18,12 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Profile
-from hygon_dcu_plugin.allocator import request_for
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Profile
+from hygon_dcu_plugin.deviceplugin.allocator import request_for
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import ContainerSpec
+from hygon_dcu_plugin.pod_rules import check_pod
 from hygon_dcu_plugin.request import PartitionRequest, ProfileRequest, Reason, SizeRequest
-from hygon_dcu_plugin.vocabulary import RequestRefused
-from hygon_dcu_plugin.webhook.rules import check_pod
 from plugin_harness import Harness
 
 FAMILY = "hygon.com/dcu.partitioned"

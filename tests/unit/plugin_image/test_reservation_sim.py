@@ -14,18 +14,14 @@ from typing import Any
 
 import pytest
 import simnode
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Profile
-from hygon_dcu_plugin.allocator import card_views
-from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2 as pb
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Profile
+from hygon_dcu_plugin.deviceplugin.allocator import card_views
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.placement import choose
+from hygon_dcu_plugin.refusal import AllocateRefusal
 from hygon_dcu_plugin.reservation import Reservation, Reserved, encode
-from hygon_dcu_plugin.vocabulary import (
-    FAMILY,
-    MEMORY_MIB,
-    RESERVATION_ANNOTATION,
-    AllocateRefusal,
-    RequestRefused,
-)
+from hygon_dcu_plugin.vocabulary import FAMILY, MEMORY_MIB, RESERVATION_ANNOTATION
 from plugin_harness import Harness
 
 COMPUTE_UNITS = FAMILY + ".compute-units"

@@ -10,7 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[3]
 TOOL = REPO / "plugin_image" / "tools" / "generate_stubs.py"
 PROTO_DIR = REPO / "plugin_image" / "proto"
-STUB_DIR = REPO / "plugin_image" / "src" / "hygon_dcu_plugin" / "api"
+STUB_DIR = REPO / "plugin_image" / "src" / "hygon_dcu_plugin" / "deviceplugin" / "api"
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -49,8 +49,8 @@ def test_generation_is_reproducible_and_check_notices_a_stale_file(tmp_path: Pat
 
 
 def test_wire_names_match_the_kubelet() -> None:
-    from hygon_dcu_plugin.api import deviceplugin_v1beta1_pb2 as dp  # noqa: PLC0415
-    from hygon_dcu_plugin.api import podresources_v1_pb2 as pr  # noqa: PLC0415
+    from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as dp  # noqa: PLC0415
+    from hygon_dcu_plugin.deviceplugin.api import podresources_v1_pb2 as pr  # noqa: PLC0415
 
     assert dp.DESCRIPTOR.services_by_name["DevicePlugin"].full_name == "v1beta1.DevicePlugin"
     assert dp.DESCRIPTOR.services_by_name["Registration"].full_name == "v1beta1.Registration"

@@ -6,10 +6,12 @@ import re
 
 import grpc
 import pytest
-from hygon_dcu_plugin.allocator import request_for
+from hygon_dcu_plugin.deviceplugin.allocator import request_for
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import ContainerSpec
+from hygon_dcu_plugin.refusal import AllocateRefusal
 from hygon_dcu_plugin.request import ProfileRequest, Reason
-from hygon_dcu_plugin.vocabulary import AllocateRefusal, RequestRefused, socket_name
+from hygon_dcu_plugin.vocabulary import socket_name
 
 F = "hygon.com/dcu.partitioned"
 P2G = F + ".mig-2g.15gb"

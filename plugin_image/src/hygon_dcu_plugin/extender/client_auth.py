@@ -1,7 +1,7 @@
 """Client certificates: the extender's handshakes can require one signed by a given CA, so
 only kube-scheduler (its extender ``tlsConfig`` ``certFile``/``keyFile``) can ask it to bind.
 
-It is the webhook's certificate reloader (``webhook.tls``) with the CA added to each context it
+It is the serving kit's certificate reloader (``serving.tls``) with the CA added to each context it
 loads, and the CA file among the files it compares on every handshake: a new client CA (the
 role renews it with the client certificate, keeping the previous CA in the file for a while)
 is trusted from the next handshake on, whether or not the serving certificate changed.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 
-from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
+from hygon_dcu_plugin.serving.tls import CertificateError, CertificateReloader
 
 
 class ClientVerifyingReloader(CertificateReloader):

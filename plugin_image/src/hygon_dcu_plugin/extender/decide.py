@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..geometry import Geometry, GeoProfile, card_views
-from ..placement import (
+from hygon_dcu_plugin.geometry import Geometry, GeoProfile, card_views
+from hygon_dcu_plugin.placement import (
     PACK,
     CardOption,
     CardView,
@@ -24,7 +24,7 @@ from ..placement import (
     size_candidates,
     slices_of,
 )
-from ..request import PartitionRequest, ProfileRequest, SizeRequest
+from hygon_dcu_plugin.request import PartitionRequest, ProfileRequest, SizeRequest
 
 BINPACK = "binpack"
 SPREAD = "spread"

@@ -25,9 +25,9 @@ from typing import Any, Protocol
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from ..config import kube_name_problem
-from ..kube import TERMINAL_PHASES, KubeApiError, PodRef, _request
-from ..vocabulary import (
+from hygon_dcu_plugin.config import kube_name_problem
+from hygon_dcu_plugin.kube import TERMINAL_PHASES, KubeApiError, PodRef, api_call, event_about
+from hygon_dcu_plugin.vocabulary import (
     GEOMETRY_ANNOTATION,
     GEOMETRY_SELECTOR,
     RESERVATION_ANNOTATION,
@@ -266,7 +266,7 @@ class KubernetesExtenderApi:
             }
             if token:
                 kwargs["_continue"] = token
-            page = _request(what, functools.partial(_call_json, call, kwargs))
+            page = api_call(what, functools.partial(_call_json, call, kwargs))
             items = page.get("items") if isinstance(page, Mapping) else None
             if not isinstance(items, list):
                 raise KubeApiError(f"{what}: the reply is not a list")
@@ -281,7 +281,7 @@ class KubernetesExtenderApi:
         self, what: str, read: Callable[..., Any], namespace: str, name: str
     ) -> dict[str, Any] | None:
         """One object as JSON, or None when the API server says it does not exist."""
-        obj: dict[str, Any] | None = _request(
+        obj: dict[str, Any] | None = api_call(
             what,
             lambda: _json(
                 read(name, namespace, _preload_content=False, _request_timeout=self._timeout)
@@ -372,7 +372,7 @@ class KubernetesExtenderApi:
         if annotations:
             metadata["annotations"] = annotations
         try:
-            _request(
+            api_call(
                 what,
                 lambda: _done(
                     self._core.patch_namespaced_pod(
@@ -399,7 +399,7 @@ class KubernetesExtenderApi:
         )
         what = f"bind pod {pod.namespace}/{pod.name} to {node}"
         try:
-            _request(
+            api_call(
                 what,
                 lambda: _done(
                     self._core.create_namespaced_pod_binding(
@@ -418,23 +418,8 @@ class KubernetesExtenderApi:
             raise
 
     def create_event(self, pod: PodRef, kind: str, reason: str, message: str) -> None:
-        now = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                generate_name=f"{pod.name[:200]}.", namespace=pod.namespace
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version="v1", kind="Pod", name=pod.name, namespace=pod.namespace, uid=pod.uid
-            ),
-            type=kind,
-            reason=reason,
-            message=message,
-            source=client.V1EventSource(component=EVENT_SOURCE),
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
-        _request(
+        body = event_about(pod, kind, reason, message, component=EVENT_SOURCE)
+        api_call(
             f"event on pod {pod.namespace}/{pod.name}",
             lambda: _done(
                 self._core.create_namespaced_event(

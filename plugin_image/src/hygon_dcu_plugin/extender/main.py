@@ -15,22 +15,31 @@ import threading
 
 from hygon_dcu_plugin import logs
 from hygon_dcu_plugin.config import kube_name_problem
-from hygon_dcu_plugin.vocabulary import SCHEDULER_NAME
-from hygon_dcu_plugin.webhook import malloc_tuning
-from hygon_dcu_plugin.webhook.server import (
+from hygon_dcu_plugin.extender.client_auth import ClientVerifyingReloader
+from hygon_dcu_plugin.extender.decide import BINPACK, NODE_POLICIES
+from hygon_dcu_plugin.extender.kube import KubernetesExtenderApi
+from hygon_dcu_plugin.extender.metrics import ExtenderMetrics
+from hygon_dcu_plugin.extender.server import (
+    DEFAULT_CERT,
+    DEFAULT_KEY,
+    VERB_PATHS,
+    make_probe_server,
+    make_server,
+)
+from hygon_dcu_plugin.extender.state import (
+    DEFAULT_REFRESH_SECONDS,
+    DEFAULT_RESERVATION_SECONDS,
+    ExtenderState,
+)
+from hygon_dcu_plugin.extender.verbs import Extender
+from hygon_dcu_plugin.serving import malloc_tuning
+from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_CONNECTIONS,
     MAX_CONNECTIONS_HELP,
     stop_on_signals,
 )
-from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
-
-from .client_auth import ClientVerifyingReloader
-from .decide import BINPACK, NODE_POLICIES
-from .kube import KubernetesExtenderApi
-from .metrics import ExtenderMetrics
-from .server import DEFAULT_CERT, DEFAULT_KEY, VERB_PATHS, make_probe_server, make_server
-from .state import DEFAULT_REFRESH_SECONDS, DEFAULT_RESERVATION_SECONDS, ExtenderState
-from .verbs import Extender
+from hygon_dcu_plugin.serving.tls import CertificateError, CertificateReloader
+from hygon_dcu_plugin.vocabulary import SCHEDULER_NAME
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,16 @@
 """The extender's metrics, on the image's one Prometheus implementation.
 
-It is the webhook's ``Metrics`` as the webhook's HTTPS server sees it (the server counts bad
-requests, refused connections, failed handshakes and certificate reloads through it), with
-those counters under the extender's own names and only the extender's series rendered.
+The serving kit's counters (``serving.metrics``: bad requests, refused connections, failed
+handshakes and certificate reloads) under the extender's prefix, and the extender's own series.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from hygon_dcu_plugin.extender.verbs import BindOutcome
 from hygon_dcu_plugin.prometheus_text import CONTENT_TYPE, Counter, Gauge, Histogram, render
-from hygon_dcu_plugin.webhook.metrics import Metrics
-
-from .verbs import BindOutcome
+from hygon_dcu_plugin.serving.metrics import ServerMetrics
 
 __all__ = ["CONTENT_TYPE", "VERBS", "ExtenderMetrics"]
 
@@ -22,28 +20,10 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.
 _PREFIX = "hygon_dcu_extender_"
 
 
-class ExtenderMetrics(Metrics):
+class ExtenderMetrics(ServerMetrics):
     def __init__(self, sample: Callable[[], tuple[int, int]] = lambda: (0, 0)) -> None:
         """``sample`` gives (reservations held, stale nodes) at render time."""
-        super().__init__()
-        # The counters the webhook's server increments, named for the extender.
-        self.bad_requests = Counter(
-            _PREFIX + "bad_requests_total", "Requests refused with an HTTP error, by reason."
-        )
-        self.tls_reloads = Counter(
-            _PREFIX + "tls_reloads_total", "Reloads of the serving certificate, by result."
-        )
-        self.handshake_failures = Counter(
-            _PREFIX + "tls_handshake_failures_total", "TLS handshakes that failed."
-        )
-        self.connections_refused = Counter(
-            _PREFIX + "connections_refused_total",
-            "Connections closed unread because the connection limit was reached.",
-        )
-        for result in ("success", "failure"):
-            self.tls_reloads.zero(result=result)
-        self.handshake_failures.zero()
-        self.connections_refused.zero()
+        super().__init__(_PREFIX)
         self.latency = {
             verb: Histogram(
                 f"{_PREFIX}{verb}_seconds", f"Time to answer a {verb} request.", BUCKETS

@@ -22,12 +22,27 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..geometry import Geometry, GeoProfile
-from ..placement import CardOption, CardView, PlacementLike, ProfileLike, Rank, card_option
-from ..request import PartitionRequest
-from .decide import NodeState, NotPlaced, Outcome, Placed, answer, distinct_profiles, outcome
-from .decide import place as place_once
-from .decide import shape as shape_of
+from hygon_dcu_plugin.extender.decide import (
+    NodeState,
+    NotPlaced,
+    Outcome,
+    Placed,
+    answer,
+    distinct_profiles,
+    outcome,
+)
+from hygon_dcu_plugin.extender.decide import place as place_once
+from hygon_dcu_plugin.extender.decide import shape as shape_of
+from hygon_dcu_plugin.geometry import Geometry, GeoProfile
+from hygon_dcu_plugin.placement import (
+    CardOption,
+    CardView,
+    PlacementLike,
+    ProfileLike,
+    Rank,
+    card_option,
+)
+from hygon_dcu_plugin.request import PartitionRequest
 
 # More nodes than a cluster has (kube-scheduler is tested to 5,000); more shapes than a fleet's
 # profiles and size classes give one node.

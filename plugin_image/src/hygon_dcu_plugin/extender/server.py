@@ -2,11 +2,12 @@
 ``GET /metrics`` (docs/dev/extender.md); and the probes' server, ``GET /healthz`` alone, for
 when the first requires a client certificate.
 
-It is the webhook's server (``webhook.server``): the same TLS handshake in the connection's
-thread with the certificate current at that moment, the same bounds on connections, request
-time, header and body bytes, and parses; only the endpoints differ. /healthz answers 200 once a
-geometry Lease list succeeded within the last few refresh periods, else 503 with why; the verbs
-answer 503 until the reservation table is rebuilt and the first Leases are read.
+It is the serving kit's bounded server (``serving.server``), as the webhook's is: the TLS
+handshake in the connection's thread with the certificate current at that moment, the bounds
+on connections, request time, header and body bytes, and parses; only the endpoints differ.
+/healthz answers 200 once a geometry Lease list succeeded within the last few refresh periods,
+else 503 with why; the verbs answer 503 until the reservation table is rebuilt and the first
+Leases are read.
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ import time
 from http import HTTPStatus
 from typing import Any
 
-from hygon_dcu_plugin.webhook.server import (
+from hygon_dcu_plugin.extender.metrics import ExtenderMetrics
+from hygon_dcu_plugin.extender.verbs import Extender
+from hygon_dcu_plugin.extender.wire import WireError, parse_args, parse_binding
+from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
     REQUEST_TIMEOUT,
-    AdmissionHandler,
-    AdmissionServer,
+    BoundedHandler,
+    BoundedServer,
 )
-from hygon_dcu_plugin.webhook.tls import CertificateReloader
-
-from .metrics import ExtenderMetrics
-from .verbs import Extender
-from .wire import WireError, parse_args, parse_binding
+from hygon_dcu_plugin.serving.tls import CertificateReloader
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ VERB_PATHS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
 PROBE_CONNECTIONS = 8
 
 
-class ExtenderServer(AdmissionServer):
+class ExtenderServer(BoundedServer):
     metrics: ExtenderMetrics
 
     def __init__(
@@ -63,7 +63,7 @@ class ExtenderServer(AdmissionServer):
             request_timeout=request_timeout,
         )
 
-    def handler(self) -> type[AdmissionHandler]:
+    def handler(self) -> type[BoundedHandler]:
         return ExtenderHandler
 
 
@@ -72,11 +72,11 @@ class ProbeServer(ExtenderServer):
     none, while the verbs' port may require one (``--client-ca-file``). It answers what the
     verbs' server would, failing with it while draining (``draining`` is that server's)."""
 
-    def handler(self) -> type[AdmissionHandler]:
+    def handler(self) -> type[BoundedHandler]:
         return ProbeHandler
 
 
-class ExtenderHandler(AdmissionHandler):
+class ExtenderHandler(BoundedHandler):
     server: ExtenderServer
     server_version = "hygon-dcu-extender"
     post_paths = VERB_PATHS

@@ -42,13 +42,20 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from ..config import BOUNDS
-from ..geometry import MAX_TEXT, Geometry, GeometryError, decode
-from ..reservation import Reservation, ReservationError, Reserved
-from ..reservation import decode as decode_reservation
-from ..vocabulary import GEOMETRY_ANNOTATION, RESERVATION_ANNOTATION
-from .decide import NodeState
-from .kube import ExtenderApi, KubeApiError, LeaseInfo, PodChanged, PodInfo, PodRef
+from hygon_dcu_plugin.config import BOUNDS
+from hygon_dcu_plugin.extender.decide import NodeState
+from hygon_dcu_plugin.extender.kube import (
+    ExtenderApi,
+    KubeApiError,
+    LeaseInfo,
+    PodChanged,
+    PodInfo,
+    PodRef,
+)
+from hygon_dcu_plugin.geometry import MAX_TEXT, Geometry, GeometryError, decode
+from hygon_dcu_plugin.reservation import Reservation, ReservationError, Reserved
+from hygon_dcu_plugin.reservation import decode as decode_reservation
+from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION, RESERVATION_ANNOTATION
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The extender's three verbs: filter, prioritize and bind (docs/dev/extender.md).
 
-A pod's partition request is read the way the webhook and the allocator read it: the webhook's
-rules (``webhook.rules.find_violations``) decide whether the pod can be served at all, and
+A pod's partition request is read the way the webhook and the allocator read it: the pod rules
+the webhook denies with (``pod_rules.find_violations``) decide whether it can be served at all, and
 ``request.parse_container`` what each app container asks for. A pod that breaks a rule fails on
 every node with the webhook's own message; containers without a partition are ignored.
 
@@ -36,21 +36,32 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from ..config import kube_name_problem
-from ..request import PartitionRequest, ProfileRequest, SizeRequest, parse_container
-from ..reservation import MAX_CONTAINERS, Reservation, ReservationError, Reserved
-from ..reservation import decode as decode_reservation
-from ..reservation import encode as encode_reservation
-from ..shown import shorten
-from ..vocabulary import RESERVATION_ANNOTATION, SCHEDULER_NAME
-from ..webhook.review import KEPT_VIOLATIONS, Decision
-from ..webhook.rules import find_violations
-from .decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, score
-from .kube import BindingRefused, ExtenderApi, KubeApiError, PodChanged, PodInfo
-from .node_locks import NamedLocks
-from .place_memo import PlaceMemo
-from .state import NO_GEOMETRY, ExtenderState, Held
-from .wire import BindingArgs, ExtenderArgs, binding_result, filter_result, priority_list
+from hygon_dcu_plugin.config import kube_name_problem
+from hygon_dcu_plugin.extender.decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, score
+from hygon_dcu_plugin.extender.kube import (
+    BindingRefused,
+    ExtenderApi,
+    KubeApiError,
+    PodChanged,
+    PodInfo,
+)
+from hygon_dcu_plugin.extender.node_locks import NamedLocks
+from hygon_dcu_plugin.extender.place_memo import PlaceMemo
+from hygon_dcu_plugin.extender.state import NO_GEOMETRY, ExtenderState, Held
+from hygon_dcu_plugin.extender.wire import (
+    BindingArgs,
+    ExtenderArgs,
+    binding_result,
+    filter_result,
+    priority_list,
+)
+from hygon_dcu_plugin.pod_rules import find_violations
+from hygon_dcu_plugin.request import PartitionRequest, ProfileRequest, SizeRequest, parse_container
+from hygon_dcu_plugin.reservation import MAX_CONTAINERS, Reservation, ReservationError, Reserved
+from hygon_dcu_plugin.reservation import decode as decode_reservation
+from hygon_dcu_plugin.reservation import encode as encode_reservation
+from hygon_dcu_plugin.shown import shorten
+from hygon_dcu_plugin.vocabulary import RESERVATION_ANNOTATION, SCHEDULER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +104,9 @@ class BindAnswer:
 
 def pod_requests(pod: Mapping[str, Any]) -> Requests | str:
     """The partition request of each app container of the pod, or why it cannot be served."""
-    findings = find_violations(pod, KEPT_VIOLATIONS)
+    findings = find_violations(pod)
     if findings.total:
-        return Decision("", False, findings.kept, findings.total, findings.rules).message()
+        return findings.message()
     spec = pod.get("spec")
     containers = spec.get("containers") if isinstance(spec, Mapping) else None
     requests: Requests = []

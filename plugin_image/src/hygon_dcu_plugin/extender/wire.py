@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import kube_name_problem
-from ..shown import shorten
+from hygon_dcu_plugin.config import kube_name_problem
+from hygon_dcu_plugin.shown import shorten
 
 # Kubernetes supports clusters of 5,000 nodes; a longer list is not from a scheduler.
 MAX_NODES = 5000

@@ -3,5 +3,5 @@
 It refuses, at pod creation, the requests the node allocator could never serve (a failed
 Allocate ends a pod with UnexpectedAdmissionError and is never retried). Entry point:
 ``hygon_dcu_plugin.webhook.server.main(argv)``; the rules themselves are the pure function
-``hygon_dcu_plugin.webhook.rules.check_pod``.
+``hygon_dcu_plugin.pod_rules.check_pod``.
 """

@@ -1,8 +1,8 @@
 """admission.k8s.io/v1 AdmissionReview in, AdmissionReview out (no I/O here).
 
-Every answer is bounded whatever the review: the parse by ``bounded_json``, the strings echoed
-back or logged by the caps below, the denial message by ``MAX_MESSAGE_CHARS`` (it says how many
-violations it leaves out).
+Every answer is bounded whatever the review: the parse by ``serving.body``, the strings echoed
+back or logged by the caps below, the denial message by ``pod_rules.MAX_MESSAGE_CHARS`` (it says how
+many violations it leaves out).
 """
 
 from __future__ import annotations
@@ -11,9 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hygon_dcu_plugin.pod_rules import (
+    Findings,
+    Offered,
+    find_violations,
+)
 from hygon_dcu_plugin.request import Reason, Violation
-from hygon_dcu_plugin.webhook import bounded_json
-from hygon_dcu_plugin.webhook.rules import Offered, find_violations
+from hygon_dcu_plugin.serving.body import BadBody
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -21,23 +25,10 @@ KIND = "AdmissionReview"
 MAX_UID_CHARS = 128
 # Namespaces and names are DNS names, at most 253 characters; longer ones are cut in the log.
 MAX_NAME_CHARS = 253
-# The denial message holds whole violation messages up to this size, then a count of the rest.
-MAX_MESSAGE_CHARS = 4096
-# Violations kept to build the message from; more could never fit in it.
-KEPT_VIOLATIONS = 32
 
 
-class BadReview(ValueError):
-    """The body is not an AdmissionReview this webhook can answer (HTTP 400)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
-class BodyTooCostly(BadReview):
-    """Parsing the body would take more memory than allowed (HTTP 413)."""
+class BadReview(BadBody):
+    """The body is JSON but not an AdmissionReview this webhook can answer (HTTP 400)."""
 
 
 @dataclass(frozen=True)
@@ -54,22 +45,8 @@ class Decision:
     name: str = ""
 
     def message(self) -> str:
-        """The violations' messages joined, cut to MAX_MESSAGE_CHARS with a count of the rest."""
-        parts: list[str] = []
-        size = 0
-        for violation in self.violations:
-            # Room is left for the note about what is cut.
-            if size + len(violation.message) + 2 > MAX_MESSAGE_CHARS - 80:
-                break
-            parts.append(violation.message)
-            size += len(violation.message) + 2
-        left_out = self.violation_count - len(parts)
-        if left_out:
-            parts.append(
-                f"and {left_out} more violation{'s' if left_out > 1 else ''} not shown; "
-                "fix these and create the pod again to see them"
-            )
-        return "; ".join(parts)
+        """The violations' messages joined and bounded (``Findings.message``)."""
+        return Findings(self.violations, self.violation_count, self.rules).message()
 
     def response(self) -> dict[str, Any]:
         answer: dict[str, Any] = {"uid": self.uid, "allowed": self.allowed}
@@ -78,22 +55,9 @@ class Decision:
         return {"apiVersion": API_VERSION, "kind": KIND, "response": answer}
 
 
-def parse_body(body: bytes, max_cost: int) -> Mapping[str, Any]:
-    """The body as a JSON object; BadReview when it is not, before parsing when too costly."""
-    try:
-        document = bounded_json.loads(body, max_cost)
-    except bounded_json.JsonRefused as error:
-        if error.too_costly:
-            raise BodyTooCostly("body-too-complex", error.message) from error
-        raise BadReview("invalid-json", error.message) from error
-    if not isinstance(document, Mapping):
-        raise BadReview("not-an-object", "the body is JSON but not an object")
-    return document
-
-
 def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
     """Check the request of one AdmissionReview and decide it; ``offered`` is what the nodes
-    publish (``rules.check_pod``)."""
+    publish (``pod_rules.check_pod``)."""
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         raise BadReview(
             "wrong-kind",
@@ -131,7 +95,7 @@ def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
         metadata = pod.get("metadata")
         if isinstance(metadata, Mapping):
             name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
-    findings = find_violations(pod, KEPT_VIOLATIONS, offered)
+    findings = find_violations(pod, offered)
     return Decision(
         uid,
         findings.total == 0,

@@ -28,8 +28,8 @@ from hygon_dcu_plugin.extender.server import ExtenderServer, make_server
 from hygon_dcu_plugin.extender.state import ExtenderState
 from hygon_dcu_plugin.extender.verbs import Extender
 from hygon_dcu_plugin.geometry import Geometry, encode, of_cards
+from hygon_dcu_plugin.serving.tls import CertificateReloader
 from hygon_dcu_plugin.vocabulary import FAMILY, MEMORY_MIB, PROFILE_PREFIX
-from hygon_dcu_plugin.webhook.tls import CertificateReloader
 from webhook_support import Authority
 
 from .fake_cluster import NAMESPACE, FakeCluster

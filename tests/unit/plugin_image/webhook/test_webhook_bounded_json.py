@@ -6,7 +6,7 @@ import json
 import tracemalloc
 
 import pytest
-from hygon_dcu_plugin.webhook.bounded_json import (
+from hygon_dcu_plugin.serving.bounded_json import (
     FIXED_COST,
     MAX_NUMBER_CHARS,
     JsonRefused,

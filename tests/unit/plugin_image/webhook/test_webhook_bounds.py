@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hygon_dcu_plugin.pod_rules import MAX_MESSAGE_CHARS
 from hygon_dcu_plugin.request import Reason
-from hygon_dcu_plugin.webhook.review import MAX_MESSAGE_CHARS, decide
-from hygon_dcu_plugin.webhook.server import DEFAULT_MAX_BODY, MAX_HEADER_BYTES
+from hygon_dcu_plugin.serving.server import DEFAULT_MAX_BODY, MAX_HEADER_BYTES
+from hygon_dcu_plugin.webhook.review import decide
 from misbehaving_clients import Crowd
 from webhook_pod_cases import FAMILY, P2G, container, pod
 from webhook_support import Authority, Running, admission_review, serving

@@ -8,7 +8,7 @@ import ssl
 from typing import Any
 
 import pytest
-from hygon_dcu_plugin.webhook.rules import check_pod
+from hygon_dcu_plugin.pod_rules import check_pod
 from webhook_pod_cases import CASES, FAMILY, Case, container, pod
 from webhook_support import Running, admission_review, make_authority
 

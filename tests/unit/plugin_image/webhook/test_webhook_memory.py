@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 import simnode
-from hygon_dcu_plugin.webhook.bounded_json import parse_cost
-from hygon_dcu_plugin.webhook.server import (
+from hygon_dcu_plugin.serving.bounded_json import parse_cost
+from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_PARSE_BUDGET,

@@ -15,10 +15,10 @@ import hygon_dcu_plugin.webhook.offered as offered_module
 import pytest
 import simnode
 from hygon_dcu_plugin import geometry
+from hygon_dcu_plugin.pod_rules import check_pod
 from hygon_dcu_plugin.request import Reason
 from hygon_dcu_plugin.vocabulary import GEOMETRY_SELECTOR
 from hygon_dcu_plugin.webhook.offered import OfferedProfiles, lease_lister
-from hygon_dcu_plugin.webhook.rules import check_pod
 from hygon_dcu_plugin.webhook.server import start_offered
 from in_cluster import NAMESPACE, InCluster, in_cluster
 from model_geometry import node_text

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from hygon_dcu_plugin.pod_rules import check_pod
 from hygon_dcu_plugin.request import Reason, Violation
-from hygon_dcu_plugin.webhook.rules import check_pod
 from webhook_pod_cases import CASES, FAMILY, P2G, P4G, PARTITION, WHOLE, Case, container, pod
 
 

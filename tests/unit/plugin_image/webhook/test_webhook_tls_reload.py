@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from hygon_dcu_plugin.webhook.tls import CertificateError, CertificateReloader
+from hygon_dcu_plugin.serving.tls import CertificateError, CertificateReloader
 from webhook_support import Authority, Running, make_authority, write_atomically
 
 RELOADS = 'hygon_dcu_admission_tls_reloads_total{result="%s"}'

@@ -17,11 +17,11 @@ if TYPE_CHECKING:
     SimBuild = Any
 
 from ansible_collections.hygon.dcu.plugins.module_utils import hydmi
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Placement
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError, InstanceInUse
 from ansible_collections.hygon.dcu.plugins.module_utils.node import (
     InstanceNotFound,
     Node,
-    Placement,
     PlacementRefused,
     UuidMismatch,
 )

@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from .kube import KubeApi, PodRef
+from hygon_dcu_plugin.kube import KubeApi, PodRef
 
 log = logging.getLogger(__name__)
 

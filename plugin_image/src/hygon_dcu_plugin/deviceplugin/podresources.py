@@ -13,8 +13,8 @@ from typing import Protocol
 
 import grpc
 
-from .api import podresources_v1_pb2 as pb
-from .api import podresources_v1_pb2_grpc as pb_grpc
+from hygon_dcu_plugin.deviceplugin.api import podresources_v1_pb2 as pb
+from hygon_dcu_plugin.deviceplugin.api import podresources_v1_pb2_grpc as pb_grpc
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,12 @@ from typing import Any
 
 import grpc
 
-from .advertise import HEALTHY, UNHEALTHY
-from .api import deviceplugin_v1beta1_pb2 as pb
-from .api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
-from .board import DeviceBoard
-from .vocabulary import RequestRefused, socket_name
+from hygon_dcu_plugin.deviceplugin.advertise import HEALTHY, UNHEALTHY
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as pb_grpc
+from hygon_dcu_plugin.deviceplugin.board import DeviceBoard
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
+from hygon_dcu_plugin.vocabulary import socket_name
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import os
 
-from .api import deviceplugin_v1beta1_pb2 as pb
-from .host import PCI_DEVICES, under
-from .vocabulary import ENV_VISIBLE_DEVICE
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from hygon_dcu_plugin.host import PCI_DEVICES, under
+from hygon_dcu_plugin.vocabulary import ENV_VISIBLE_DEVICE
 
 log = logging.getLogger(__name__)
 

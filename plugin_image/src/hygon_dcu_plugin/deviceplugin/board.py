@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 
-from .advertise import Device
+from hygon_dcu_plugin.deviceplugin.advertise import Device
 
 
 class DeviceBoard:

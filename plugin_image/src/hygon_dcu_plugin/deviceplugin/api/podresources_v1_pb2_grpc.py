@@ -3,8 +3,8 @@
 
 import grpc
 
-from hygon_dcu_plugin.api import (
-    podresources_v1_pb2 as hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2,
+from hygon_dcu_plugin.deviceplugin.api import (
+    podresources_v1_pb2 as hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2,
 )
 
 GRPC_GENERATED_VERSION = "1.85.1"
@@ -21,7 +21,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f"The grpc package installed is at version {GRPC_VERSION},"
-        + " but the generated code in hygon_dcu_plugin/api/podresources_v1_pb2_grpc.py depends on"
+        + " but the generated code in hygon_dcu_plugin/deviceplugin/api/podresources_v1_pb2_grpc.py depends on"
         + f" grpcio>={GRPC_GENERATED_VERSION}."
         + f" Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}"
         + f" or downgrade your generated code using grpcio-tools<={GRPC_VERSION}."
@@ -39,20 +39,20 @@ class PodResourcesListerStub:
         """
         self.List = channel.unary_unary(
             "/v1.PodResourcesLister/List",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
             _registered_method=True,
         )
         self.GetAllocatableResources = channel.unary_unary(
             "/v1.PodResourcesLister/GetAllocatableResources",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesResponse.FromString,
             _registered_method=True,
         )
         self.Get = channel.unary_unary(
             "/v1.PodResourcesLister/Get",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesResponse.FromString,
             _registered_method=True,
         )
 
@@ -83,18 +83,18 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
         "List": grpc.unary_unary_rpc_method_handler(
             servicer.List,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesResponse.SerializeToString,
         ),
         "GetAllocatableResources": grpc.unary_unary_rpc_method_handler(
             servicer.GetAllocatableResources,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesResponse.SerializeToString,
         ),
         "Get": grpc.unary_unary_rpc_method_handler(
             servicer.Get,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesResponse.SerializeToString,
         ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -125,8 +125,8 @@ class PodResourcesLister:
             request,
             target,
             "/v1.PodResourcesLister/List",
-            hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.ListPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -155,8 +155,8 @@ class PodResourcesLister:
             request,
             target,
             "/v1.PodResourcesLister/GetAllocatableResources",
-            hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.AllocatableResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -185,8 +185,8 @@ class PodResourcesLister:
             request,
             target,
             "/v1.PodResourcesLister/Get",
-            hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_podresources__v1__pb2.GetPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

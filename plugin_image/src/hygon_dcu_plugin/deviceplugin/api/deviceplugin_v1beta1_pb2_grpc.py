@@ -3,8 +3,8 @@
 
 import grpc
 
-from hygon_dcu_plugin.api import (
-    deviceplugin_v1beta1_pb2 as hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2,
+from hygon_dcu_plugin.deviceplugin.api import (
+    deviceplugin_v1beta1_pb2 as hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2,
 )
 
 GRPC_GENERATED_VERSION = "1.85.1"
@@ -21,7 +21,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f"The grpc package installed is at version {GRPC_VERSION},"
-        + " but the generated code in hygon_dcu_plugin/api/deviceplugin_v1beta1_pb2_grpc.py depends on"
+        + " but the generated code in hygon_dcu_plugin/deviceplugin/api/deviceplugin_v1beta1_pb2_grpc.py depends on"
         + f" grpcio>={GRPC_GENERATED_VERSION}."
         + f" Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}"
         + f" or downgrade your generated code using grpcio-tools<={GRPC_VERSION}."
@@ -39,8 +39,8 @@ class RegistrationStub:
         """
         self.Register = channel.unary_unary(
             "/v1beta1.Registration/Register",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
             _registered_method=True,
         )
 
@@ -59,8 +59,8 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
         "Register": grpc.unary_unary_rpc_method_handler(
             servicer.Register,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
         ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -91,8 +91,8 @@ class Registration:
             request,
             target,
             "/v1beta1.Registration/Register",
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
@@ -116,32 +116,32 @@ class DevicePluginStub:
         """
         self.GetDevicePluginOptions = channel.unary_unary(
             "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
             _registered_method=True,
         )
         self.ListAndWatch = channel.unary_stream(
             "/v1beta1.DevicePlugin/ListAndWatch",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
             _registered_method=True,
         )
         self.GetPreferredAllocation = channel.unary_unary(
             "/v1beta1.DevicePlugin/GetPreferredAllocation",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
             _registered_method=True,
         )
         self.Allocate = channel.unary_unary(
             "/v1beta1.DevicePlugin/Allocate",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
             _registered_method=True,
         )
         self.PreStartContainer = channel.unary_unary(
             "/v1beta1.DevicePlugin/PreStartContainer",
-            request_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
-            response_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
+            request_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
+            response_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
             _registered_method=True,
         )
 
@@ -184,28 +184,28 @@ def add_DevicePluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
         "GetDevicePluginOptions": grpc.unary_unary_rpc_method_handler(
             servicer.GetDevicePluginOptions,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.SerializeToString,
         ),
         "ListAndWatch": grpc.unary_stream_rpc_method_handler(
             servicer.ListAndWatch,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.SerializeToString,
         ),
         "GetPreferredAllocation": grpc.unary_unary_rpc_method_handler(
             servicer.GetPreferredAllocation,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.SerializeToString,
         ),
         "Allocate": grpc.unary_unary_rpc_method_handler(
             servicer.Allocate,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.SerializeToString,
         ),
         "PreStartContainer": grpc.unary_unary_rpc_method_handler(
             servicer.PreStartContainer,
-            request_deserializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.FromString,
-            response_serializer=hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.SerializeToString,
+            request_deserializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.FromString,
+            response_serializer=hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.SerializeToString,
         ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -236,8 +236,8 @@ class DevicePlugin:
             request,
             target,
             "/v1beta1.DevicePlugin/GetDevicePluginOptions",
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
             options,
             channel_credentials,
             insecure,
@@ -266,8 +266,8 @@ class DevicePlugin:
             request,
             target,
             "/v1beta1.DevicePlugin/ListAndWatch",
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -296,8 +296,8 @@ class DevicePlugin:
             request,
             target,
             "/v1beta1.DevicePlugin/GetPreferredAllocation",
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -326,8 +326,8 @@ class DevicePlugin:
             request,
             target,
             "/v1beta1.DevicePlugin/Allocate",
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -356,8 +356,8 @@ class DevicePlugin:
             request,
             target,
             "/v1beta1.DevicePlugin/PreStartContainer",
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
-            hygon__dcu__plugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
+            hygon__dcu__plugin_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
             options,
             channel_credentials,
             insecure,

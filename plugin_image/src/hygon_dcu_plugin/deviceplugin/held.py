@@ -12,9 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from .grants import Grant, GrantStore
-from .podresources import ListedContainer, ListedPod, PodLister, PodResourcesError
-from .vocabulary import FAMILY, PROFILE_PREFIX, profile_resource
+from hygon_dcu_plugin.deviceplugin.grants import Grant, GrantStore
+from hygon_dcu_plugin.deviceplugin.podresources import (
+    ListedContainer,
+    ListedPod,
+    PodLister,
+    PodResourcesError,
+)
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, profile_resource
 
 log = logging.getLogger(__name__)
 

@@ -16,29 +16,32 @@ import threading
 from collections.abc import Callable
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Checkpoint, Node
 
-from .advertise import Device, free_capacity, healthy_count, partition_plan
-from .allocator import Allocator, card_views
-from .board import DeviceBoard
-from .config import Settings, kube_name_problem
-from .events import PodEvents
-from .geometry import Geometry, of_cards
-from .grants import GrantStore
-from .held import held_tokens
-from .kube import KubeApi
-from .locks import Locks
-from .metrics import LabelKey, Metrics
-from .podresources import PodLister
-from .publisher import GeometryPublisher
-from .reclaimer import Reclaimer
-from .service import PluginServers
-from .vocabulary import FAMILY, WHOLE_CARD, profile_resource
-from .whole_cards import plan_whole_cards
+from hygon_dcu_plugin.config import Settings, kube_name_problem
+from hygon_dcu_plugin.deviceplugin.advertise import (
+    Device,
+    free_capacity,
+    healthy_count,
+    partition_plan,
+)
+from hygon_dcu_plugin.deviceplugin.allocator import Allocator, card_views
+from hygon_dcu_plugin.deviceplugin.board import DeviceBoard
+from hygon_dcu_plugin.deviceplugin.events import PodEvents
+from hygon_dcu_plugin.deviceplugin.grants import GrantStore
+from hygon_dcu_plugin.deviceplugin.held import held_tokens
+from hygon_dcu_plugin.deviceplugin.locks import Locks
+from hygon_dcu_plugin.deviceplugin.metrics import LabelKey, Metrics
+from hygon_dcu_plugin.deviceplugin.podresources import PodLister
+from hygon_dcu_plugin.deviceplugin.publisher import GeometryPublisher
+from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
+from hygon_dcu_plugin.deviceplugin.service import PluginServers
+from hygon_dcu_plugin.deviceplugin.whole_cards import plan_whole_cards
+from hygon_dcu_plugin.geometry import Geometry, of_cards
+from hygon_dcu_plugin.kube import KubeApi
+from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, profile_resource
 
 log = logging.getLogger(__name__)
-
-Checkpoint = Callable[[str], None]
 
 
 class Runtime:

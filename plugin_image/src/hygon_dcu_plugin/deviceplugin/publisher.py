@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .geometry import MAX_GENERATION, Geometry, GeometryError, decode, encode
+from hygon_dcu_plugin.geometry import MAX_GENERATION, Geometry, GeometryError, decode, encode
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from .placement import CardView, max_remaining, remaining
-from .vocabulary import FAMILY, WHOLE_CARD, profile_resource
+from hygon_dcu_plugin.placement import CardView, max_remaining, remaining
+from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, profile_resource
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

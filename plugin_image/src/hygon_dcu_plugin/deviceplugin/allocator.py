@@ -21,47 +21,54 @@ import os
 import time
 from collections.abc import Callable, Sequence
 
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card, Profile
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import (
     INSUFFICIENT_RESOURCES,
     HydmiError,
 )
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Card, Instance, Node, Profile
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Checkpoint, Instance, Node
 from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDRESS, card_of
 
-from .advertise import free_capacity
-from .api import deviceplugin_v1beta1_pb2 as pb
-from .events import NORMAL, WARNING, PodEvents
-from .grants import Grant, GrantError, GrantStore, StoreProblem
-from .host import card_key, under
-from .identify import Target, identify
-from .kube import ContainerSpec, KubeApi, KubeApiError, Pod
-from .locks import Locks
-from .metrics import Metrics
-from .placement import PACK, CardView, Choice, choose, choose_size, size_candidates, slices_of
-from .podresources import PodLister, PodResourcesError
-from .request import (
+from hygon_dcu_plugin.deviceplugin.advertise import free_capacity
+from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
+from hygon_dcu_plugin.deviceplugin.events import NORMAL, WARNING, PodEvents
+from hygon_dcu_plugin.deviceplugin.grants import Grant, GrantError, GrantStore, StoreProblem
+from hygon_dcu_plugin.deviceplugin.identify import Target, identify
+from hygon_dcu_plugin.deviceplugin.locks import Locks
+from hygon_dcu_plugin.deviceplugin.metrics import Metrics
+from hygon_dcu_plugin.deviceplugin.podresources import PodLister, PodResourcesError
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
+from hygon_dcu_plugin.deviceplugin.response import partition_response, whole_card_response
+from hygon_dcu_plugin.host import card_key, under
+from hygon_dcu_plugin.kube import ContainerSpec, KubeApi, KubeApiError, Pod
+from hygon_dcu_plugin.placement import (
+    PACK,
+    CardView,
+    Choice,
+    choose,
+    choose_size,
+    size_candidates,
+    slices_of,
+)
+from hygon_dcu_plugin.refusal import AllocateRefusal
+from hygon_dcu_plugin.request import (
     PartitionRequest,
     ProfileRequest,
     RefusedRequest,
     SizeRequest,
     parse_container,
 )
-from .reservation import ReservationError, Reserved, decode
-from .response import partition_response, whole_card_response
-from .shown import listing, shorten, show_names
-from .vocabulary import (
+from hygon_dcu_plugin.reservation import ReservationError, Reserved, decode
+from hygon_dcu_plugin.shown import listing, shorten, show_names
+from hygon_dcu_plugin.vocabulary import (
     FAMILY,
     PROFILE_PREFIX,
     RESERVATION_ANNOTATION,
     WHOLE_CARD,
-    AllocateRefusal,
-    RequestRefused,
     annotation_key,
 )
 
 log = logging.getLogger(__name__)
-
-Checkpoint = Callable[[str], None]
 
 
 def request_for(container: ContainerSpec) -> PartitionRequest:

@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Instance
 
-from .events import WARNING, PodEvents
-from .grants import Grant
-from .kube import KubeApi, KubeApiError, Pod
-from .metrics import LabelKey, Metrics
+from hygon_dcu_plugin.deviceplugin.events import WARNING, PodEvents
+from hygon_dcu_plugin.deviceplugin.grants import Grant
+from hygon_dcu_plugin.deviceplugin.metrics import LabelKey, Metrics
+from hygon_dcu_plugin.kube import KubeApi, KubeApiError, Pod
 
 log = logging.getLogger(__name__)
 

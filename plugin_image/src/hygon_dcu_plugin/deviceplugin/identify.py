@@ -17,10 +17,11 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .grants import Grant
-from .kube import ContainerSpec, Pod
-from .podresources import ListedPod
-from .vocabulary import AllocateRefusal, RequestRefused
+from hygon_dcu_plugin.deviceplugin.grants import Grant
+from hygon_dcu_plugin.deviceplugin.podresources import ListedPod
+from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
+from hygon_dcu_plugin.kube import ContainerSpec, Pod
+from hygon_dcu_plugin.refusal import AllocateRefusal
 
 log = logging.getLogger(__name__)
 

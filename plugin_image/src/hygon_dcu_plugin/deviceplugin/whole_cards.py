@@ -7,8 +7,8 @@ import logging
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 
-from .advertise import Device, whole_card_plan
-from .host import card_key, hygon_pci_addresses
+from hygon_dcu_plugin.deviceplugin.advertise import Device, whole_card_plan
+from hygon_dcu_plugin.host import card_key, hygon_pci_addresses
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError, InstanceInUse
 from ansible_collections.hygon.dcu.plugins.module_utils.node import (
-    Card,
+    Checkpoint,
     Instance,
     InstanceNotFound,
     Node,
@@ -43,18 +44,23 @@ from ansible_collections.hygon.dcu.plugins.module_utils.node import (
 )
 from ansible_collections.hygon.dcu.plugins.module_utils.registry import Finding, conf_path
 
-from .conditions import Conditions
-from .events import WARNING, PodEvents
-from .grants import STARTABLE, Grant, GrantStore, StoreFault, StoreProblem
-from .kube import KubeApi, KubeApiError, Pod, PodEvent, PodRef
-from .locks import Locks
-from .lost import LostGrants, grant_lost
-from .metrics import Metrics
-from .shown import listing
+from hygon_dcu_plugin.deviceplugin.conditions import Conditions
+from hygon_dcu_plugin.deviceplugin.events import WARNING, PodEvents
+from hygon_dcu_plugin.deviceplugin.grants import (
+    STARTABLE,
+    Grant,
+    GrantStore,
+    StoreFault,
+    StoreProblem,
+)
+from hygon_dcu_plugin.deviceplugin.locks import Locks
+from hygon_dcu_plugin.deviceplugin.lost import LostGrants, grant_lost
+from hygon_dcu_plugin.deviceplugin.metrics import Metrics
+from hygon_dcu_plugin.kube import KubeApi, KubeApiError, Pod, PodEvent, PodRef
+from hygon_dcu_plugin.shown import listing
 
 log = logging.getLogger(__name__)
 
-Checkpoint = Callable[[str], None]
 
 # Uids of pods the watch saw deleted, kept for the passes that follow (bounded).
 DELETED_UIDS_KEPT = 4096

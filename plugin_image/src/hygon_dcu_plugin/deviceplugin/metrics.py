@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .prometheus_text import Counter, Gauge, Histogram, LabelKey, Metric, render
-from .vocabulary import AllocateRefusal
+from hygon_dcu_plugin.prometheus_text import Counter, Gauge, Histogram, LabelKey, Metric, render
+from hygon_dcu_plugin.refusal import AllocateRefusal
 
 __all__ = ["FAILURE_REASONS", "RECLAIM_ACTIONS", "LabelKey", "Metrics"]
 

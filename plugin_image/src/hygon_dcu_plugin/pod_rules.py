@@ -1,4 +1,4 @@
-"""The admission rules for Hygon DCU partition requests, as one pure function of a pod.
+"""The rules for a pod's Hygon DCU partition requests, as one pure function of a pod.
 
 A pod that reaches a node with a request the allocator cannot serve fails with
 UnexpectedAdmissionError and is never retried, so every request the allocator would refuse is
@@ -23,7 +23,8 @@ the rules about where a container sits in its pod, where Kubernetes leaves room:
 
 Whatever the pod, the work is linear in its size and every message is bounded: names and
 values are shortened, lists of names are cut with a count of the rest, and
-``find_violations`` keeps only the first violations (counting the others).
+``find_violations`` keeps only the first violations (counting the others). The admission
+webhook denies with these rules and the scheduler extender refuses every node with them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,12 @@ from hygon_dcu_plugin.vocabulary import SLICED, VENDOR_PREFIX, WHOLE_CARD
 __all__ = ["Findings", "Violation", "check_pod", "find_violations"]
 
 
+# The message holds whole violation messages up to this size, then a count of the rest.
+MAX_MESSAGE_CHARS = 4096
+# Violations kept to build the message from; more could never fit in it.
+KEPT_VIOLATIONS = 32
+
+
 @dataclass(frozen=True)
 class Findings:
     """The first violations of a pod, and how many and which reasons there were in all."""
@@ -56,6 +63,25 @@ class Findings:
     kept: list[Violation]
     total: int
     rules: frozenset[Reason]
+
+    def message(self) -> str:
+        """The kept violations' messages joined, cut to MAX_MESSAGE_CHARS with a count of the
+        rest: the webhook's denial and the extender's refusal alike."""
+        parts: list[str] = []
+        size = 0
+        for violation in self.kept:
+            # Room is left for the note about what is cut.
+            if size + len(violation.message) + 2 > MAX_MESSAGE_CHARS - 80:
+                break
+            parts.append(violation.message)
+            size += len(violation.message) + 2
+        left_out = self.total - len(parts)
+        if left_out:
+            parts.append(
+                f"and {left_out} more violation{'s' if left_out > 1 else ''} not shown; "
+                "fix these and create the pod again to see them"
+            )
+        return "; ".join(parts)
 
 
 class _Kind(Enum):
@@ -98,8 +124,11 @@ def check_pod(pod: Mapping[str, Any], offered: Offered = None) -> list[Violation
     return list(_violations(pod, offered))
 
 
-def find_violations(pod: Mapping[str, Any], keep: int, offered: Offered = None) -> Findings:
-    """The first ``keep`` violations of ``check_pod``, without holding the others."""
+def find_violations(
+    pod: Mapping[str, Any], offered: Offered = None, keep: int = KEPT_VIOLATIONS
+) -> Findings:
+    """The first ``keep`` violations of ``check_pod``, without holding the others: the one
+    reading of a pod the webhook and the extender each make."""
     kept: list[Violation] = []
     total = 0
     rules: set[Reason] = set()
