@@ -37,6 +37,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.registry import PCI_ADDR
 
 from hygon_dcu_plugin.host import card_key
 from hygon_dcu_plugin.placement import CardView
+from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION
 
 SCHEMA = 1
 # Twice an 8-card server (the simulator's limit is 16 too).
@@ -232,6 +233,15 @@ def largest() -> Geometry:
 
 
 MAX_TEXT = len(encode(largest()))
+
+
+def text_of_lease(lease: object) -> str | None:
+    """The geometry annotation of a Lease as the API's JSON has it, or None when the Lease
+    carries none: what the webhook and the extender each read before ``decode``."""
+    metadata = lease.get("metadata") if isinstance(lease, Mapping) else None
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    text = annotations.get(GEOMETRY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return text if isinstance(text, str) else None
 
 
 def decode(text: object) -> Geometry:

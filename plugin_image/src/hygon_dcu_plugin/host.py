@@ -1,5 +1,6 @@
-"""The node's filesystem as the plugin reads it through host_root: how a host path maps under
-a root, which PCI devices are Hygon cards, and the one device key of a card.
+"""The node's cards as the plugin finds them through host_root (every host path maps under it
+by the collection's one rule, ``hostpath.host_path``): which PCI devices are Hygon cards, and
+the one device key of a card.
 
 A card's key is its PCI address: the whole-card device id, the card lock, the grants and the
 reclaimer all use it. A card whose address is not known is not offered, in either mode
@@ -12,20 +13,14 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # a type only: the Allocate answer (response.py) needs no collection
-    from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
+from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
+from ansible_collections.hygon.dcu.plugins.module_utils.hostpath import host_path
 
 log = logging.getLogger(__name__)
 
 HYGON_PCI_VENDOR = "0x1d94"
 PCI_DEVICES = "/sys/bus/pci/devices"
-
-
-def under(host_root: str, canonical: str) -> str:
-    root = host_root.rstrip("/")
-    return root + canonical if root else canonical
 
 
 def hygon_pci_addresses(host_root: str) -> list[str]:
@@ -36,7 +31,7 @@ def hygon_pci_addresses(host_root: str) -> list[str]:
     is our inference, not a measured fact; it only affects which render nodes a whole-card
     container gets.
     """
-    bus = under(host_root, PCI_DEVICES)
+    bus = host_path(host_root, PCI_DEVICES)
     found = []
     try:
         names = sorted(os.listdir(bus))

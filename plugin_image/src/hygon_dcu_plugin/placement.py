@@ -25,7 +25,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.cards import (
 )
 from ansible_collections.hygon.dcu.plugins.module_utils.cards import free_placements as free_spans
 
-from hygon_dcu_plugin.request import SizeRequest
+from hygon_dcu_plugin.request import SizedProfile, SizeRequest
 from hygon_dcu_plugin.vocabulary import PACK, POLICIES, SPREAD
 
 if TYPE_CHECKING:
@@ -64,14 +64,9 @@ class ProfileLike(Protocol):
     def placements(self) -> Sequence[PlacementLike]: ...
 
 
-class SizedProfileLike(ProfileLike, Protocol):
-    """A profile with the figures a size request is matched against."""
-
-    @property
-    def memory_mib(self) -> int: ...
-
-    @property
-    def cu_count(self) -> int: ...
+class SizedProfileLike(ProfileLike, SizedProfile, Protocol):
+    """A profile with its placements and the figures a size request is matched against
+    (``request.SizedProfile``, the one statement of those figures)."""
 
 
 # The caller's profile type. The default (PEP 696) keeps a bare ``CardView`` meaning

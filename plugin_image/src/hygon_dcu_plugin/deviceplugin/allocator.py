@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card, Profile
+from ansible_collections.hygon.dcu.plugins.module_utils.hostpath import host_path
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import (
     INSUFFICIENT_RESOURCES,
     HydmiError,
@@ -39,7 +40,7 @@ from hygon_dcu_plugin.deviceplugin.metrics import Metrics
 from hygon_dcu_plugin.deviceplugin.podresources import PodLister, PodResourcesError
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.response import partition_response, whole_card_response
-from hygon_dcu_plugin.host import card_key, under
+from hygon_dcu_plugin.host import card_key
 from hygon_dcu_plugin.kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from hygon_dcu_plugin.placement import (
     PACK,
@@ -638,7 +639,7 @@ class Allocator:
                 f"{WHOLE_CARD}: device {device_id[:64]!r} was never advertised by this plugin",
             )
         if not PCI_ADDRESS.fullmatch(device_id) or not os.path.isdir(
-            under(self.host_root, f"/sys/bus/pci/devices/{device_id}")
+            host_path(self.host_root, f"/sys/bus/pci/devices/{device_id}")
         ):
             raise RequestRefused(
                 AllocateRefusal.BAD_REQUEST,

@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import os
 
+from ansible_collections.hygon.dcu.plugins.module_utils.hostpath import host_path
+
 from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
-from hygon_dcu_plugin.host import PCI_DEVICES, under
+from hygon_dcu_plugin.host import PCI_DEVICES
 from hygon_dcu_plugin.vocabulary import ENV_VISIBLE_DEVICE
 
 log = logging.getLogger(__name__)
@@ -32,7 +34,7 @@ def card_render_nodes(host_root: str, pci: str) -> list[str]:
     """The card's /dev/dri/card<N> and /dev/dri/renderD<M>, read from sysfs under its PCI
     address (minors are not derivable from the library index). Part of the answer: what it
     cannot find fails this Allocate as a ResponseError (the failure metric's reason)."""
-    drm = under(host_root, f"{PCI_DEVICES}/{pci}/drm")
+    drm = host_path(host_root, f"{PCI_DEVICES}/{pci}/drm")
     try:
         names = sorted(os.listdir(drm))
     except OSError as exc:
@@ -52,21 +54,23 @@ def _common(host_root: str, answer_root: str, pci: str) -> pb.ContainerAllocateR
     for path in (KFD, MKFD):
         response.devices.append(
             pb.DeviceSpec(
-                container_path=path, host_path=under(answer_root, path), permissions="rwm"
+                container_path=path, host_path=host_path(answer_root, path), permissions="rwm"
             )
         )
     _render_nodes(response, host_root, answer_root, pci)
-    if os.path.isdir(under(host_root, HYHAL)):
+    if os.path.isdir(host_path(host_root, HYHAL)):
         response.mounts.append(
-            pb.Mount(container_path=HYHAL, host_path=under(answer_root, HYHAL), read_only=True)
+            pb.Mount(container_path=HYHAL, host_path=host_path(answer_root, HYHAL), read_only=True)
         )
     else:
         # Without it the runtime prints "open hydmilib:libhydmi.so error"; say so in our log.
         log.warning("host has no %s; the workload will not find libhydmi.so", HYHAL)
-    if os.path.isdir(under(host_root, DTK)):
+    if os.path.isdir(host_path(host_root, DTK)):
         response.mounts.append(
             pb.Mount(
-                container_path=DTK_IN_CONTAINER, host_path=under(answer_root, DTK), read_only=True
+                container_path=DTK_IN_CONTAINER,
+                host_path=host_path(answer_root, DTK),
+                read_only=True,
             )
         )
     return response
@@ -77,21 +81,25 @@ def _render_nodes(
 ) -> None:
     for path in card_render_nodes(host_root, pci):
         response.devices.append(
-            pb.DeviceSpec(container_path=path, host_path=under(answer_root, path), permissions="rw")
+            pb.DeviceSpec(
+                container_path=path, host_path=host_path(answer_root, path), permissions="rw"
+            )
         )
 
 
 def partition_response(
     host_root: str, answer_root: str, pci: str, conf_path: str, uuid: str
 ) -> pb.ContainerAllocateResponse:
-    if not os.path.isfile(under(host_root, conf_path)):
+    if not os.path.isfile(host_path(host_root, conf_path)):
         # Checked right before answering: binding a missing source makes the runtime create a
         # directory there, which poisons that instance id for good.
         raise ResponseError(f"the instance's registry file {conf_path} is missing")
     response = _common(host_root, answer_root, pci)
     # At its own path: the runtime scans /etc/dmi_mig_config/ci by absolute path.
     response.mounts.append(
-        pb.Mount(container_path=conf_path, host_path=under(answer_root, conf_path), read_only=True)
+        pb.Mount(
+            container_path=conf_path, host_path=host_path(answer_root, conf_path), read_only=True
+        )
     )
     response.envs[ENV_VISIBLE_DEVICE] = f"MIG-{uuid}"
     return response

@@ -26,9 +26,9 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from hygon_dcu_plugin.config import kube_name_problem
+from hygon_dcu_plugin.geometry import text_of_lease
 from hygon_dcu_plugin.kube import TERMINAL_PHASES, KubeApiError, PodRef, api_call, event_about
 from hygon_dcu_plugin.vocabulary import (
-    GEOMETRY_ANNOTATION,
     GEOMETRY_SELECTOR,
     RESERVATION_ANNOTATION,
     RESERVED_LABEL,
@@ -88,7 +88,7 @@ class LeaseInfo:
     that is not the API's) is None."""
 
     name: str
-    text: object  # the geometry annotation's value
+    text: str | None  # the geometry annotation's value
     renewed: float | None  # spec.renewTime, seconds since the epoch
     duration: int | None  # spec.leaseDurationSeconds
     version: str = ""  # metadata.resourceVersion: changes with every write
@@ -172,8 +172,7 @@ def lease_from_json(obj: object) -> LeaseInfo | None:
     name = metadata.get("name")
     if not isinstance(name, str) or kube_name_problem(name, subdomain=True):
         return None
-    annotations = metadata.get("annotations")
-    text = annotations.get(GEOMETRY_ANNOTATION) if isinstance(annotations, Mapping) else None
+    text = text_of_lease(obj)
     spec = obj.get("spec")
     spec = spec if isinstance(spec, Mapping) else {}
     duration = spec.get("leaseDurationSeconds")

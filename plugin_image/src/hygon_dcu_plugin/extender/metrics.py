@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hygon_dcu_plugin.extender.state import ReleasedWhy
 from hygon_dcu_plugin.extender.verbs import BindOutcome
 from hygon_dcu_plugin.prometheus_text import CONTENT_TYPE, Counter, Gauge, Histogram, render
 from hygon_dcu_plugin.serving.metrics import ServerMetrics
@@ -36,9 +37,9 @@ class ExtenderMetrics(ServerMetrics):
         self.released = Counter(
             _PREFIX + "reservations_released_total", "Reservations released, by why."
         )
-        for why in ("carved", "pod-gone", "pod-finished", "bound-elsewhere"):
-            self.released.zero(why=why)
-        self.held = Gauge(_PREFIX + "reservations", "Reservations made and not yet carved.")
+        for why in ReleasedWhy:
+            self.released.zero(why=why.value)
+        self.reservations = Gauge(_PREFIX + "reservations", "Reservations made and not yet carved.")
         self.stale = Gauge(
             _PREFIX + "stale_nodes", "Nodes whose geometry Lease was not renewed in time."
         )
@@ -50,19 +51,19 @@ class ExtenderMetrics(ServerMetrics):
     def bind(self, outcome: BindOutcome) -> None:
         self.binds.inc(outcome=outcome.value)
 
-    def release(self, why: str) -> None:
-        self.released.inc(why=why)
+    def release(self, why: ReleasedWhy) -> None:
+        self.released.inc(why=why.value)
 
     def render(self) -> str:
-        held, stale = self._sample()
-        self.held.set_all({(): float(held)})
+        reservations, stale = self._sample()
+        self.reservations.set_all({(): float(reservations)})
         self.stale.set_all({(): float(stale)})
         metrics = [
             self.bad_requests,
             self.binds,
             self.connections_refused,
             *self.latency.values(),
-            self.held,
+            self.reservations,
             self.released,
             self.stale,
             self.handshake_failures,

@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from hygon_dcu_plugin.config import BOUNDS
 from hygon_dcu_plugin.extender.decide import NodeState
@@ -72,7 +73,7 @@ MAX_LEASE_SECONDS = int(BOUNDS["geometry_lease_seconds"][1])
 
 
 @dataclass(frozen=True)
-class Held:
+class PodReservation:
     """One pod's reservation in the table: per container, the card and placement reserved."""
 
     pod: PodRef
@@ -90,10 +91,19 @@ class _Node:
     error: str  # why the geometry could not be read ("" when it could)
 
 
+class ReleasedWhy(StrEnum):
+    """Why a reservation left the table: the ``why`` label of reservations_released_total."""
+
+    CARVED = "carved"
+    POD_GONE = "pod-gone"
+    POD_FINISHED = "pod-finished"
+    BOUND_ELSEWHERE = "bound-elsewhere"
+
+
 @dataclass(frozen=True)
 class Released:
-    held: Held
-    why: str  # carved, pod-gone, pod-finished, bound-elsewhere
+    reservation: PodReservation
+    why: ReleasedWhy
 
 
 @dataclass(frozen=True)
@@ -210,10 +220,10 @@ def _made_at(pod: PodInfo) -> float | None:
         return None
 
 
-def _spans_text(held: Held) -> str:
+def _spans_text(entry: PodReservation) -> str:
     return ", ".join(
         f"{r.profile} at card {r.card} slices {r.start}:{r.size} (container {name})"
-        for name, r in sorted(held.containers.items())
+        for name, r in sorted(entry.containers.items())
     )
 
 
@@ -239,7 +249,7 @@ class ExtenderState:
         self._nodes: dict[str, _Node] = {}
         self._geometries = _GeometryCache()
         self._sightings: dict[str, Sighting] = {}  # node -> its Lease as last seen
-        self._held: dict[str, Held] = {}  # pod uid -> its reservation
+        self._table: dict[str, PodReservation] = {}  # pod uid -> its reservation
         self._rebuilt = False
         self._listed_at: float | None = None  # monotonic, the last good Lease list
         self._list_error = ""
@@ -310,26 +320,26 @@ class ExtenderState:
     def _spans(self, exclude_uid: str) -> dict[str, dict[str, tuple[tuple[int, int], ...]]]:
         """node -> card -> the spans reserved there (but those of ``exclude_uid``)."""
         spans: dict[str, dict[str, list[tuple[int, int]]]] = {}
-        for uid, held in self._held.items():
+        for uid, entry in self._table.items():
             if uid == exclude_uid:
                 continue
-            cards = spans.setdefault(held.node, {})
-            for reserved in held.containers.values():
+            cards = spans.setdefault(entry.node, {})
+            for reserved in entry.containers.values():
                 cards.setdefault(reserved.card, []).append((reserved.start, reserved.size))
         return {
             node: {card: tuple(items) for card, items in cards.items()}
             for node, cards in spans.items()
         }
 
-    def held(self, uid: str) -> Held | None:
+    def reservation_of(self, uid: str) -> PodReservation | None:
         with self._lock:
-            return self._held.get(uid)
+            return self._table.get(uid)
 
     def counts(self) -> tuple[int, int]:
         """(reservations held, nodes whose geometry is stale) for the metrics."""
         now, seen_now = self._clock(), self._monotonic()
         with self._lock:
-            held = len(self._held)
+            count = len(self._table)
             leases = [(n.lease, self._sightings.get(name)) for name, n in self._nodes.items()]
         stale = sum(
             1
@@ -338,22 +348,24 @@ class ExtenderState:
                 STALE
             )
         )
-        return held, stale
+        return count, stale
 
     # writers (bind) ------------------------------------------------------------------------
-    def hold(self, pod: PodRef, reservation: Reservation) -> Held:
+    def hold(self, pod: PodRef, reservation: Reservation) -> PodReservation:
         """Enter the pod's reservation (replacing an older one of the same pod)."""
-        held = Held(pod, reservation.node, reservation.containers, reservation.made_at, 0.0)
+        entry = PodReservation(
+            pod, reservation.node, reservation.containers, reservation.made_at, 0.0
+        )
         with self._lock:
-            held = replace(held, added=time.monotonic())
-            self._held[pod.uid] = held
-        return held
+            entry = replace(entry, added=time.monotonic())
+            self._table[pod.uid] = entry
+        return entry
 
-    def forget(self, held: Held) -> bool:
+    def forget(self, entry: PodReservation) -> bool:
         """Remove exactly this entry (not a newer one of the same pod)."""
         with self._lock:
-            if self._held.get(held.pod.uid) is held:
-                del self._held[held.pod.uid]
+            if self._table.get(entry.pod.uid) is entry:
+                del self._table[entry.pod.uid]
                 return True
             return False
 
@@ -392,19 +404,19 @@ class ExtenderState:
                 self._list_error = str(error)
             log.warning("rebuild_failed", extra={"error": str(error)})
             return False
-        table: dict[str, Held] = {}
+        table: dict[str, PodReservation] = {}
         for pod in pods:
-            held = self._from_annotation(pod, started)
-            if held is not None:
-                table[pod.ref.uid] = held
+            entry = self._from_annotation(pod, started)
+            if entry is not None:
+                table[pod.ref.uid] = entry
         with self._lock:
             # Binds are refused until rebuilt, so nothing else is in the table yet.
-            self._held = {**table, **self._held}
+            self._table = {**table, **self._table}
             self._rebuilt = True
         log.info("reservations_rebuilt", extra={"reservations": len(table), "pods": len(pods)})
         return True
 
-    def _from_annotation(self, pod: PodInfo, started: float) -> Held | None:
+    def _from_annotation(self, pod: PodInfo, started: float) -> PodReservation | None:
         """The pod's reservation as the table holds it: while the pod is bound to the node it
         names and not finished, whatever its age (the allocator carves it whenever the pod
         is admitted). None for any other pod."""
@@ -419,7 +431,9 @@ class ExtenderState:
             return None
         if reservation.node != pod.node_name:
             return None
-        return Held(pod.ref, reservation.node, reservation.containers, reservation.made_at, started)
+        return PodReservation(
+            pod.ref, reservation.node, reservation.containers, reservation.made_at, started
+        )
 
     def refresh(self) -> list[Released]:
         """One round: list Leases and reserved pods, release what the rules say. A failed list
@@ -448,8 +462,8 @@ class ExtenderState:
             unlabel = self._adopt_or_unlabel(released, pods or [], started)
         for item in released:
             self._announce(item)
-        for held, age in overdue:
-            self._report_overdue(held, age)
+        for entry, age in overdue:
+            self._report_overdue(entry, age)
         for pod in unlabel:
             self._drop_label(pod)
         return released
@@ -464,17 +478,17 @@ class ExtenderState:
         bind can be writing: finished, bound (a bind writes before it binds), or unbound with
         a reservation written over ``reservation_seconds`` ago or unreadable. Dropping the
         label keeps the reserved-pod list to the pods with live reservations."""
-        done = {item.held.pod.uid for item in released}
+        done = {item.reservation.pod.uid for item in released}
         now = self._clock()
         chosen = []
         for pod in pods:
-            if pod.ref.uid in self._held:
+            if pod.ref.uid in self._table:
                 continue
             if pod.ref.uid not in done:
-                held = self._from_annotation(pod, started)
-                if held is not None and self._uncarved(held):
-                    self._held[pod.ref.uid] = held
-                    log.info("reservation_adopted", extra=self._fields(held))
+                entry = self._from_annotation(pod, started)
+                if entry is not None and self._uncarved(entry):
+                    self._table[pod.ref.uid] = entry
+                    log.info("reservation_adopted", extra=self._fields(entry))
                     continue
             made_at = _made_at(pod)
             if (
@@ -512,81 +526,81 @@ class ExtenderState:
         self._sightings = {node.lease.name: self._sight(node.lease, seen_now) for node in listed}
         return {node.lease.name: node for node in listed}
 
-    def _uncarved(self, held: Held) -> dict[str, Reserved] | None:
+    def _uncarved(self, entry: PodReservation) -> dict[str, Reserved] | None:
         """The containers of the entry the node's geometry does not show carved for its pod;
         None when they all are."""
-        node = self._nodes.get(held.node)
+        node = self._nodes.get(entry.node)
         geometry = node.geometry if node is not None else None
         if geometry is None:
-            return dict(held.containers)
+            return dict(entry.containers)
         left = {
             name: reserved
-            for name, reserved in held.containers.items()
-            if not _carved(geometry, reserved, held.pod.uid)
+            for name, reserved in entry.containers.items()
+            if not _carved(geometry, reserved, entry.pod.uid)
         }
         return left or None
 
     def _release(
         self, started: float, pods: list[PodInfo] | None
-    ) -> tuple[list[Released], list[tuple[Held, int]]]:
+    ) -> tuple[list[Released], list[tuple[PodReservation, int]]]:
         """Under the lock: the entries released, and those to report as not carved in time
         (with their age in seconds)."""
         now = self._clock()
         listed = {pod.ref.uid: pod for pod in pods} if pods is not None else None
         released: list[Released] = []
-        overdue: list[tuple[Held, int]] = []
-        for uid, entry in list(self._held.items()):
-            held = entry
-            left = self._uncarved(held)
+        overdue: list[tuple[PodReservation, int]] = []
+        for uid, current in list(self._table.items()):
+            entry = current
+            left = self._uncarved(entry)
             if left is None:
-                released.append(Released(held, "carved"))
-                del self._held[uid]
+                released.append(Released(entry, ReleasedWhy.CARVED))
+                del self._table[uid]
                 continue
-            if len(left) != len(held.containers):
-                held = replace(held, containers=left)
-                self._held[uid] = held
-            why = ""
-            if listed is not None and held.added < started:
+            if len(left) != len(entry.containers):
+                entry = replace(entry, containers=left)
+                self._table[uid] = entry
+            why: ReleasedWhy | None = None
+            if listed is not None and entry.added < started:
                 pod = listed.get(uid)
                 if pod is None:
-                    why = "pod-gone"
+                    why = ReleasedWhy.POD_GONE
                 elif pod.terminal:
-                    why = "pod-finished"
-                elif pod.node_name and pod.node_name != held.node:
-                    why = "bound-elsewhere"
+                    why = ReleasedWhy.POD_FINISHED
+                elif pod.node_name and pod.node_name != entry.node:
+                    why = ReleasedWhy.BOUND_ELSEWHERE
             if why:
-                released.append(Released(held, why))
-                del self._held[uid]
-            elif not held.reported and now - held.made_at > self.reservation_seconds:
-                held = replace(held, reported=True)
-                self._held[uid] = held
-                overdue.append((held, int(now - held.made_at)))
+                released.append(Released(entry, why))
+                del self._table[uid]
+            elif not entry.reported and now - entry.made_at > self.reservation_seconds:
+                entry = replace(entry, reported=True)
+                self._table[uid] = entry
+                overdue.append((entry, int(now - entry.made_at)))
         return released, overdue
 
     @staticmethod
-    def _fields(held: Held) -> dict[str, str]:
+    def _fields(entry: PodReservation) -> dict[str, str]:
         return {
-            "namespace": held.pod.namespace,
-            "pod": held.pod.name,
-            "uid": held.pod.uid,
-            "node": held.node,
+            "namespace": entry.pod.namespace,
+            "pod": entry.pod.name,
+            "uid": entry.pod.uid,
+            "node": entry.node,
         }
 
     def _announce(self, item: Released) -> None:
-        log.info("reservation_released", extra={**self._fields(item.held), "why": item.why})
+        log.info("reservation_released", extra={**self._fields(item.reservation), "why": item.why})
         if self.on_release is not None:
             self.on_release(item)
 
-    def _report_overdue(self, held: Held, age: int) -> None:
+    def _report_overdue(self, entry: PodReservation, age: int) -> None:
         message = (
-            f"the reservation of {_spans_text(held)} on node {held.node} is not carved {age} s "
+            f"the reservation of {_spans_text(entry)} on node {entry.node} is not carved {age} s "
             "after it was made; it is kept while the pod is bound and not finished, since the "
             "node's device plugin carves exactly it when the kubelet admits the pod. Is the "
             "kubelet or the device plugin of that node down? Deleting the pod frees it"
         )
-        extra = self._fields(held)
+        extra = self._fields(entry)
         log.warning("reservation_not_carved", extra={**extra, "detail": message})
         try:
-            self.api.create_event(held.pod, "Warning", OVERDUE_REASON, message)
+            self.api.create_event(entry.pod, "Warning", OVERDUE_REASON, message)
         except KubeApiError as error:
             log.warning("event_failed", extra={**extra, "error": str(error)})

@@ -47,7 +47,7 @@ from hygon_dcu_plugin.extender.kube import (
 )
 from hygon_dcu_plugin.extender.node_locks import NamedLocks
 from hygon_dcu_plugin.extender.place_memo import PlaceMemo
-from hygon_dcu_plugin.extender.state import NO_GEOMETRY, ExtenderState, Held
+from hygon_dcu_plugin.extender.state import NO_GEOMETRY, ExtenderState, PodReservation
 from hygon_dcu_plugin.extender.wire import (
     BindingArgs,
     ExtenderArgs,
@@ -249,13 +249,13 @@ class Extender:
             if prepared.outcome is BindOutcome.ALREADY_BOUND:
                 self._settled(args.pod.uid)
             return prepared
-        pod, held, created = prepared
+        pod, entry, created = prepared
         try:
             self.api.bind_pod(pod.ref, args.node)
         except BindingRefused as error:
             self._settled(pod.ref.uid)
-            if held is not None and created:
-                self.state.forget(held)
+            if entry is not None and created:
+                self.state.forget(entry)
             return BindAnswer(BindOutcome.BINDING_REFUSED, str(error))
         except KubeApiError as error:
             # The pod may be bound all the same: its reservation stays until the release
@@ -268,7 +268,7 @@ class Extender:
             )
             return BindAnswer(BindOutcome.API_ERROR, str(error))
         self._settled(pod.ref.uid)
-        outcome = BindOutcome.BOUND if created or held is None else BindOutcome.REUSED
+        outcome = BindOutcome.BOUND if created or entry is None else BindOutcome.REUSED
         log.info(
             "bound",
             extra={
@@ -279,13 +279,15 @@ class Extender:
                 "outcome": outcome.value,
                 "reserved": {
                     name: f"{r.card} {r.profile} {r.start}:{r.size}"
-                    for name, r in sorted((held.containers if held else {}).items())
+                    for name, r in sorted((entry.containers if entry else {}).items())
                 },
             },
         )
         return BindAnswer(outcome)
 
-    def _reserve(self, args: BindingArgs) -> tuple[PodInfo, Held | None, bool] | BindAnswer:
+    def _reserve(
+        self, args: BindingArgs
+    ) -> tuple[PodInfo, PodReservation | None, bool] | BindAnswer:
         """Under the node's lock: the pod, its reservation on the node (None when it asks for
         no partition) and whether this call made it; or the answer when it cannot be bound."""
         node, want = args.node, args.pod
@@ -343,17 +345,17 @@ class Extender:
         self.api.reserve_pod(pod, encode_reservation(reservation))
         return pod, self.state.hold(pod.ref, reservation), True
 
-    def _reusable(self, pod: PodInfo, node: str) -> Held | None:
+    def _reusable(self, pod: PodInfo, node: str) -> PodReservation | None:
         """The table's entry for the pod when its annotation reserves exactly that on this
         node: a bind retried after the first one wrote it."""
         text = pod.annotations.get(RESERVATION_ANNOTATION)
-        held = self.state.held(pod.ref.uid)
-        if text is None or held is None or held.node != node:
+        entry = self.state.reservation_of(pod.ref.uid)
+        if text is None or entry is None or entry.node != node:
             return None
         try:
             reservation = decode_reservation(text)
         except ReservationError:
             return None
-        if reservation.node != node or dict(reservation.containers) != dict(held.containers):
+        if reservation.node != node or dict(reservation.containers) != dict(entry.containers):
             return None
-        return held
+        return entry

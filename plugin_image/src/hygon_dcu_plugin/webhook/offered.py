@@ -22,8 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from hygon_dcu_plugin.geometry import GeometryError, GeoProfile, decode
-from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION
+from hygon_dcu_plugin.geometry import GeometryError, GeoProfile, decode, text_of_lease
 
 log = logging.getLogger(__name__)
 
@@ -207,10 +206,8 @@ def _texts(page: object) -> tuple[list[str], str | None]:
         raise ValueError("the Lease list reply is not a list")
     texts = []
     for item in page["items"]:
-        metadata = item.get("metadata") if isinstance(item, dict) else None
-        annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-        text = annotations.get(GEOMETRY_ANNOTATION) if isinstance(annotations, dict) else None
-        if isinstance(text, str):
+        text = text_of_lease(item)
+        if text is not None:
             texts.append(text)
     metadata = page.get("metadata")
     token = metadata.get("continue") if isinstance(metadata, dict) else None

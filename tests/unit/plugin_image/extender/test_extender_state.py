@@ -132,14 +132,14 @@ def test_a_pod_with_two_partitions_is_released_span_by_span_as_they_are_carved(
     uid = pod.ref.uid
     cluster.put_lease("node-a", text(occupy(geometry, 0, 0, 2, owner=uid)), renewed=T0)
     assert state.refresh() == []
-    held = state.held(uid)
+    held = state.reservation_of(uid)
     assert held is not None
     assert set(held.containers) == {"right"}
     assert state.node_state("node-a").reserved == {pcis[1]: ((2, 2),)}
     carved = occupy(occupy(geometry, 0, 0, 2, owner=uid), 1, 2, 2, owner=uid)
     cluster.put_lease("node-a", text(carved), renewed=T0)
     assert [r.why for r in state.refresh()] == ["carved"]
-    assert state.held(uid) is None
+    assert state.reservation_of(uid) is None
 
 
 class _ListsThenBinds(KubernetesExtenderApi):
@@ -170,7 +170,7 @@ def test_a_bind_that_lands_during_a_refresh_is_not_released_as_gone(
     reservation = Reservation("node-a", T0, {"main": Reserved(geometry.cards[0].pci, "2g", 0, 1)})
     api.late = (state, late, reservation)
     assert state.refresh() == []
-    assert state.held(late.ref.uid) is not None
+    assert state.reservation_of(late.ref.uid) is not None
     # The next refresh lists it without the label (the patch never landed): now it is gone.
     assert [r.why for r in state.refresh()] == ["pod-gone"]
 
@@ -194,10 +194,10 @@ def test_the_rebuild_keeps_each_bound_reservation_whatever_its_age_and_skips_the
     restarted = make_state(cluster, tmp_path, clock, reservation_seconds=300)
     assert not restarted.ready
     assert restarted.rebuild()
-    assert restarted.held(fresh.ref.uid) is not None
-    assert restarted.held(old.ref.uid) is not None
+    assert restarted.reservation_of(fresh.ref.uid) is not None
+    assert restarted.reservation_of(old.ref.uid) is not None
     for pod in (garbled, elsewhere, finished, unbound):
-        assert restarted.held(pod.ref.uid) is None, pod.ref.name
+        assert restarted.reservation_of(pod.ref.uid) is None, pod.ref.name
 
 
 def test_a_failed_list_keeps_the_view_and_the_reservations(
@@ -212,7 +212,7 @@ def test_a_failed_list_keeps_the_view_and_the_reservations(
     pod = _reserve(state, cluster, "kept", T0, main=Reserved(geometry.cards[0].pci, "2g", 1, 1))
     cluster.fail_lease_lists(500)
     assert state.refresh() == []
-    assert state.held(pod.ref.uid) is not None
+    assert state.reservation_of(pod.ref.uid) is not None
     view = state.node_state("node-a")
     assert view.geometry is not None
     assert view.geometry.cards[0].occupied == {0}
@@ -230,7 +230,7 @@ def test_a_reservation_not_carved_in_time_is_reported_once_and_kept(
     clock.now = T0 + seconds
     assert state.refresh() == []
     assert state.refresh() == []
-    assert state.held(pod.ref.uid) is not None
+    assert state.reservation_of(pod.ref.uid) is not None
     reported = cluster.events_for("waiting", "ReservationNotCarved")
     assert len(reported) == (0 if seconds < 300 else 1)
     assert all(f"is not carved {seconds:.0f} s after" in e["message"] for e in reported)
@@ -261,7 +261,7 @@ def test_labelled_pods_outside_the_table_are_taken_back_or_unlabelled(
     for name, made_at in names.items():
         pod = _reserve(state, cluster, name, made_at, main=Reserved(pci, "2g.15gb", 0, 1))
         uids[name] = pod.ref.uid
-        assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
+        assert state.forget(state.reservation_of(pod.ref.uid) or pytest.fail("not held"))
     cluster.put_lease("node-a", text(occupy(geometry, 0, 0, 1, owner=uids["carved"])), renewed=T0)
     cluster.set_phase("finished", "Succeeded")
     for name in ("fresh-unbound", "old-unbound"):
@@ -269,7 +269,7 @@ def test_labelled_pods_outside_the_table_are_taken_back_or_unlabelled(
     cluster.change_pod("moved", spec={"nodeName": "node-b"})
     cluster.change_pod("unreadable", metadata={"annotations": {RESERVATION_ANNOTATION: "{"}})
     assert state.refresh() == []
-    assert [name for name in names if state.held(uids[name]) is not None] == ["lost"]
+    assert [name for name in names if state.reservation_of(uids[name]) is not None] == ["lost"]
     labelled = {
         name for name in names if RESERVED_LABEL in cluster.pod(name)["metadata"].get("labels", {})
     }
@@ -285,7 +285,7 @@ def test_a_pod_written_since_the_list_keeps_its_label(
     state = make_state(cluster, tmp_path, clock, reservation_seconds=300)
     assert state.rebuild()
     pod = _reserve(state, cluster, "rebound", T0 - 400, main=Reserved(pci, "2g.15gb", 0, 1))
-    assert state.forget(state.held(pod.ref.uid) or pytest.fail("not held"))
+    assert state.forget(state.reservation_of(pod.ref.uid) or pytest.fail("not held"))
     # never bound (its Binding was refused): no longer in the table
     cluster.change_pod("rebound", spec={"nodeName": None})
     # A bind writes the pod after the refresh listed it: the unlabel (at the listed

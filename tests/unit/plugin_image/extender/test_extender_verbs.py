@@ -231,7 +231,7 @@ def test_a_bind_whose_pod_changed_is_refused_and_leaves_no_entry(
     touching = cluster.touch_before_each_patch()
     error = running.bind(pod, "node-a")
     assert "the pod changed since it was read (HTTP 409)" in error
-    assert running.state.held(uid) is None
+    assert running.state.reservation_of(uid) is None
     stored = cluster.pod("train")
     assert "nodeName" not in stored["spec"]
     assert RESERVATION_ANNOTATION not in stored["metadata"].get("annotations", {})
@@ -239,7 +239,7 @@ def test_a_bind_whose_pod_changed_is_refused_and_leaves_no_entry(
     # The scheduler's retry reads the pod again and succeeds.
     cluster.unplug(touching)
     assert running.bind(pod, "node-a") == ""
-    assert running.state.held(uid) is not None
+    assert running.state.reservation_of(uid) is not None
     assert cluster.patch_types_sent() == ["application/merge-patch+json"] * 2
 
 
@@ -251,19 +251,19 @@ def test_a_refused_binding_drops_the_entry_and_an_unknown_outcome_keeps_it_for_t
     refused = cluster.add_pod("refused", {"main": profile_limits("2g.15gb")})
     refusal = cluster.refuse_bindings(403)
     assert "HTTP 403" in running.bind(refused, "node-a")
-    assert running.state.held(refused["metadata"]["uid"]) is None
+    assert running.state.reservation_of(refused["metadata"]["uid"]) is None
 
     retried = cluster.add_pod("retried", {"main": profile_limits("2g.15gb")})
     cluster.unplug(refusal)
     outage = cluster.refuse_bindings(503)  # the outcome is unknown: the pod may be bound
     assert "HTTP 503" in running.bind(retried, "node-a")
-    held = running.state.held(retried["metadata"]["uid"])
+    held = running.state.reservation_of(retried["metadata"]["uid"])
     assert held is not None
     written = cluster.pod("retried")["metadata"]["annotations"][RESERVATION_ANNOTATION]
     cluster.unplug(outage)
     assert running.bind(retried, "node-a") == ""
     # The retry bound the reservation made before: same entry, annotation not rewritten.
-    assert running.state.held(retried["metadata"]["uid"]) is held
+    assert running.state.reservation_of(retried["metadata"]["uid"]) is held
     assert cluster.pod("retried")["metadata"]["annotations"][RESERVATION_ANNOTATION] == written
     assert running.metric('hygon_dcu_extender_binds_total{outcome="reused"}') == 1
 
@@ -287,7 +287,7 @@ def test_after_a_bind_of_unknown_outcome_a_bind_to_another_node_is_refused(
     stored = cluster.pod("train")
     assert "nodeName" not in stored["spec"]
     assert decode(stored["metadata"]["annotations"][RESERVATION_ANNOTATION]).node == "node-a"
-    held = running.state.held(uid)
+    held = running.state.reservation_of(uid)
     assert held is not None and held.node == "node-a"
     assert running.bind(pod, "node-a") == ""  # the same node: its reservation is bound
     assert cluster.pod("train")["spec"]["nodeName"] == "node-a"
@@ -311,7 +311,7 @@ def test_a_binding_of_unknown_outcome_holds_the_pod_only_while_it_can_land(
         assert running.bind(pod, "node-b") == ""
         annotations = cluster.pod("train")["metadata"]["annotations"]
         assert decode(annotations[RESERVATION_ANNOTATION]).node == "node-b"
-        held = running.state.held(pod["metadata"]["uid"])
+        held = running.state.reservation_of(pod["metadata"]["uid"])
         assert held is not None and held.node == "node-b"
         assert running.metric('hygon_dcu_extender_binds_total{outcome="earlier-bind"}') == 1
 
@@ -370,7 +370,7 @@ def test_a_bound_reservation_outlives_reservation_seconds_with_one_warning(
         clock.now += 301
         cluster.put_lease("node-a", text(one_slot), renewed=clock.now)  # renewed, not carved
         assert running.state.refresh() == []
-        assert running.state.held(uid) is not None
+        assert running.state.reservation_of(uid) is not None
         second = cluster.add_pod("second", {"main": profile_limits("2g.15gb")})
         answer = running.filter(second, ["node-a"])
         assert answer["failedNodes"]["node-a"].startswith("no free placement")
@@ -378,7 +378,7 @@ def test_a_bound_reservation_outlives_reservation_seconds_with_one_warning(
         clock.now += 3600
         cluster.put_lease("node-a", text(one_slot), renewed=clock.now)
         assert running.state.refresh() == []
-        assert running.state.held(uid) is not None
+        assert running.state.reservation_of(uid) is not None
         assert running.metric("hygon_dcu_extender_reservations") == 1
         # Gone at last: released, and the slice is offered again.
         cluster.delete_pod("first")
@@ -408,13 +408,13 @@ def test_a_carved_reservation_is_released_when_the_lease_shows_its_owner(
         "node-a", text(occupy(geometry, 0, spot.start, spot.size, owner="other")), renewed=T0
     )
     assert running.state.refresh() == []
-    assert running.state.held(uid) is not None
+    assert running.state.reservation_of(uid) is not None
     cluster.put_lease(
         "node-a", text(occupy(geometry, 0, spot.start, spot.size, owner=uid)), renewed=T0
     )
     released = running.state.refresh()
-    assert [(r.held.pod.uid, r.why) for r in released] == [(uid, "carved")]
-    assert running.state.held(uid) is None
+    assert [(r.reservation.pod.uid, r.why) for r in released] == [(uid, "carved")]
+    assert running.state.reservation_of(uid) is None
     # Released: out of the reserved-pod list; the annotation stays for the allocator.
     metadata = cluster.pod("train")["metadata"]
     assert RESERVED_LABEL not in metadata["labels"]
@@ -438,9 +438,9 @@ def test_gone_and_finished_pods_release_their_reservations(
         assert running.bind(pod, "node-a") == ""
     cluster.delete_pod("gone")
     cluster.set_phase("done", "Succeeded")
-    released = {r.held.pod.name: r.why for r in running.state.refresh()}
+    released = {r.reservation.pod.name: r.why for r in running.state.refresh()}
     assert released == {"gone": "pod-gone", "done": "pod-finished"}
-    assert running.state.held(kept["metadata"]["uid"]) is not None
+    assert running.state.reservation_of(kept["metadata"]["uid"]) is not None
 
 
 def test_a_restarted_extender_rebuilds_its_reservations_from_the_pods(
@@ -454,7 +454,7 @@ def test_a_restarted_extender_rebuilds_its_reservations_from_the_pods(
     (tmp_path / "two").mkdir()
     with serving(tmp_path / "one", authority, cluster) as running:
         assert running.bind(first, "node-a") == ""
-        held = running.state.held(first["metadata"]["uid"])
+        held = running.state.reservation_of(first["metadata"]["uid"])
     # An older reserved pod that finished, and one never bound: neither is counted again.
     done = cluster.add_pod(
         "done", {"main": profile_limits("2g.15gb")}, phase="Succeeded", node="node-a"
@@ -467,10 +467,10 @@ def test_a_restarted_extender_rebuilds_its_reservations_from_the_pods(
         },
     )
     with serving(tmp_path / "two", authority, cluster) as running:
-        again = running.state.held(first["metadata"]["uid"])
+        again = running.state.reservation_of(first["metadata"]["uid"])
         assert again is not None and held is not None
         assert (again.node, dict(again.containers)) == (held.node, dict(held.containers))
-        assert running.state.held(done["metadata"]["uid"]) is None
+        assert running.state.reservation_of(done["metadata"]["uid"]) is None
         second = cluster.add_pod("second", {"main": profile_limits("2g.15gb")})
         assert "no free placement" in running.filter(second, ["node-a"])["failedNodes"]["node-a"]
 
@@ -489,7 +489,7 @@ def test_a_restarted_extender_keeps_an_old_uncarved_reservation_of_a_bound_pod(
     clock.now += 3600  # far past reservation_seconds, and still not carved
     cluster.put_lease("node-a", text(one_slot), renewed=clock.now)
     with serving(tmp_path / "two", authority, cluster, clock=clock) as running:
-        assert running.state.held(first["metadata"]["uid"]) is not None
+        assert running.state.reservation_of(first["metadata"]["uid"]) is not None
         second = cluster.add_pod("second", {"main": profile_limits("2g.15gb")})
         assert "cannot place the pod: no free placement" in running.bind(second, "node-a")
         assert RESERVED_LABEL in cluster.pod("first")["metadata"]["labels"]
@@ -660,8 +660,8 @@ def test_the_plugin_carves_the_reservation_and_its_published_geometry_releases_i
         assert running.state.refresh() == []  # the Lease does not show it yet
         cluster.put_lease("node-1", encode(harness.runtime.geometry()), renewed=T0)
         released = running.state.refresh()
-        assert [(r.held.pod.uid, r.why) for r in released] == [(uid, "carved")]
-        assert running.state.held(uid) is None
+        assert [(r.reservation.pod.uid, r.why) for r in released] == [(uid, "carved")]
+        assert running.state.reservation_of(uid) is None
 
 
 def test_bind_serves_only_pods_of_its_own_scheduler(

@@ -25,7 +25,7 @@ from hygon_dcu_plugin.vocabulary import FAMILY
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import serve_argv
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 LIMITS = {FAMILY: "1", P2G: "1"}
 

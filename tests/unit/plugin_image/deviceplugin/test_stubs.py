@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 TOOL = REPO / "plugin_image" / "tools" / "generate_stubs.py"
 PROTO_DIR = REPO / "plugin_image" / "proto"
 STUB_DIR = REPO / "plugin_image" / "src" / "hygon_dcu_plugin" / "deviceplugin" / "api"

@@ -38,7 +38,7 @@ def test_metrics_text() -> None:
 
 def test_every_failure_reason_starts_at_zero_and_is_documented() -> None:
     text = Metrics().render()
-    image_md = (Path(__file__).resolve().parents[3] / "docs" / "image.md").read_text()
+    image_md = (Path(__file__).resolve().parents[4] / "docs" / "image.md").read_text()
     (row,) = [
         line for line in image_md.splitlines() if "hygon_dcu_allocation_failures_total" in line
     ]

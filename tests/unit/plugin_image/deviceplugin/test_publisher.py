@@ -39,7 +39,7 @@ from kubelet_emulator import KubeletEmulator
 from kubernetes import client
 from plugin_harness import Harness, make_node, serve_argv
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 NAMESPACE = "hygon-dcu"
 NODE = "node-1"
 HOLDER = "plugin-pod-a"
