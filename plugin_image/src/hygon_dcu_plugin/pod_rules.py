@@ -23,7 +23,7 @@ the rules about where a container sits in its pod, where Kubernetes leaves room:
 
 Whatever the pod, the work is linear in its size and every message is bounded: names and
 values are shortened, lists of names are cut with a count of the rest, and
-``find_violations`` keeps only the first violations (counting the others). The admission
+``read_pod`` keeps only the first violations (counting the others). The admission
 webhook denies with these rules and the scheduler extender refuses every node with them.
 """
 
@@ -35,6 +35,8 @@ from enum import Enum
 from typing import Any
 
 from hygon_dcu_plugin.request import (
+    PartitionRequest,
+    ProfileRequest,
     Reason,
     RefusedRequest,
     SizedProfile,
@@ -47,7 +49,7 @@ from hygon_dcu_plugin.request import (
 from hygon_dcu_plugin.shown import MAX_SHOWN_NAMES, listing, shorten, show_names
 from hygon_dcu_plugin.vocabulary import SLICED, VENDOR_PREFIX, WHOLE_CARD
 
-__all__ = ["Findings", "Violation", "check_pod", "find_violations"]
+__all__ = ["Findings", "PodReading", "Violation", "check_pod", "read_pod"]
 
 
 # The message holds whole violation messages up to this size, then a count of the rest.
@@ -121,26 +123,40 @@ Offered = Sequence[SizedProfile] | None
 
 def check_pod(pod: Mapping[str, Any], offered: Offered = None) -> list[Violation]:
     """Every rule the pod breaks, in spec order; an empty list admits the pod."""
-    return list(_violations(pod, offered))
+    return list(_violations(pod, offered, []))
 
 
-def find_violations(
+@dataclass(frozen=True)
+class PodReading:
+    """A pod read once: what it breaks (``findings``) and, when it breaks nothing, what each
+    app container asking for a partition asks (``partitions``, in spec order)."""
+
+    findings: Findings
+    partitions: list[tuple[str, PartitionRequest]]
+
+
+def read_pod(
     pod: Mapping[str, Any], offered: Offered = None, keep: int = KEPT_VIOLATIONS
-) -> Findings:
-    """The first ``keep`` violations of ``check_pod``, without holding the others: the one
-    reading of a pod the webhook and the extender each make."""
+) -> PodReading:
+    """The one reading of a pod the webhook and the extender each make: the first ``keep``
+    violations of ``check_pod`` (without holding the others) and the partition requests."""
     kept: list[Violation] = []
     total = 0
     rules: set[Reason] = set()
-    for violation in _violations(pod, offered):
+    partitions: list[tuple[str, PartitionRequest]] = []
+    for violation in _violations(pod, offered, partitions):
         total += 1
         rules.add(violation.reason)
         if len(kept) < keep:
             kept.append(violation)
-    return Findings(kept, total, frozenset(rules))
+    return PodReading(Findings(kept, total, frozenset(rules)), partitions)
 
 
-def _violations(pod: Mapping[str, Any], offered: Offered) -> Iterator[Violation]:
+def _violations(
+    pod: Mapping[str, Any], offered: Offered, partitions: list[tuple[str, PartitionRequest]]
+) -> Iterator[Violation]:
+    """Every violation, in spec order; each app container's partition request that breaks no
+    rule of its own is appended to ``partitions`` on the way."""
     # Walk the containers three times instead of holding them: once to check the shape and
     # find the partitioned ones, once for each container's own rules, once for mixing.
     partitioned: list[str] = []
@@ -155,14 +171,18 @@ def _violations(pod: Mapping[str, Any], offered: Offered) -> Iterator[Violation]
         yield Violation(Reason.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
         return
     for container in _containers(pod):
-        yield from _check_container(container, offered)
+        yield from _check_container(container, offered, partitions)
     if partitioned_count:
         holders = listing(partitioned, partitioned_count)
         for container in _containers(pod):
             yield from _check_mixing(container, holders)
 
 
-def _check_container(container: _Container, offered: Offered) -> Iterator[Violation]:
+def _check_container(
+    container: _Container, offered: Offered, asked: list[tuple[str, PartitionRequest]]
+) -> Iterator[Violation]:
+    """The container's violations; its partition request, when it breaks nothing, goes to
+    ``asked``."""
     vendor = container.vendor_resources()
     if container.kind is _Kind.EPHEMERAL:
         if vendor:
@@ -207,6 +227,8 @@ def _check_container(container: _Container, offered: Offered) -> Iterator[Violat
             f"no node offers (the largest profile: {largest.name} with {largest.memory_mib} "
             f"MiB and {largest.cu_count} compute units); request a smaller size",
         )
+    elif isinstance(request, ProfileRequest | SizeRequest):
+        asked.append((container.name, request))
 
 
 def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:

@@ -91,7 +91,7 @@ def request_for(container: ContainerSpec) -> PartitionRequest:
     )
 
 
-def card_views(cards: Sequence[Card]) -> list[CardView[Profile]]:
+def offered_views(cards: Sequence[Card]) -> list[CardView[Profile]]:
     """Healthy cards with a device key (host.card_key; with the mode on, the registry's dev<N>
     only), as the placement policy sees them. A card without one is not offered, since its
     lock, its grants and the reclaimer all key on the address; card_key logs it.
@@ -394,7 +394,7 @@ class Allocator:
         A reservation is carved as written or refused: moving it elsewhere would break the
         extender's count of what the node still holds (docs/dev/extender.md)."""
         cards = self.node.cards()
-        views = card_views(cards)
+        views = offered_views(cards)
         reserved = self._reserved(target, request)
         if reserved is not None:
             choice = self._at_reservation(

@@ -75,7 +75,8 @@ class PassReport:
     orphans: list[str] = field(default_factory=list)  # "pci gi<id> <uuid>"
     swept: list[str] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)
-    orphan_collection: str = "done"  # or why it was skipped
+    # Why orphan collection was skipped this pass (the message shown); None when it ran.
+    orphan_collection_skipped: str | None = None
     blocked: dict[str, str] = field(default_factory=dict)  # card PCI -> why nothing collected
     undecided: dict[str, str] = field(default_factory=dict)  # card PCI -> why grants left alone
     errors: list[str] = field(default_factory=list)
@@ -207,9 +208,9 @@ class Reclaimer:
                 self._reclaim_if_done(grant, report, cards)
             self.lost.end_pass()
             if store_stop is not None:
-                report.orphan_collection = "skipped: " + store_stop
+                report.orphan_collection_skipped = "skipped: " + store_stop
             elif grants.unreadable:
-                report.orphan_collection = _unreadable_grants(grants.unreadable)
+                report.orphan_collection_skipped = _unreadable_grants(grants.unreadable)
             else:
                 self._collect_orphans(report)
             self._settle_stops(report)
@@ -223,8 +224,8 @@ class Reclaimer:
 
     def _settle_stops(self, report: PassReport) -> None:
         current = {f"card {pci}": why for pci, why in report.blocked.items()}
-        if report.orphan_collection != "done":
-            current["grants"] = report.orphan_collection
+        if report.orphan_collection_skipped is not None:
+            current["grants"] = report.orphan_collection_skipped
         self.stops.settle(current)
         self.metrics.orphan_collection_stopped.set_all(
             {(("card", pci),): 1.0 for pci in report.blocked}
@@ -439,7 +440,7 @@ class Reclaimer:
             except HydmiError as exc:
                 # One card failing its queries must not stop collection on the others.
                 report.errors.append(f"card {card.pci}: {exc}")
-            if report.orphan_collection != "done":
+            if report.orphan_collection_skipped is not None:
                 return
 
     def _collect_on(self, card_index: int, card_pci: str, report: PassReport) -> None:
@@ -451,10 +452,10 @@ class Reclaimer:
             # since the listing above is seen here.
             grants = self.store.load()
             if grants.problem is not None:
-                report.orphan_collection = "skipped: " + grants.problem.explain()
+                report.orphan_collection_skipped = "skipped: " + grants.problem.explain()
                 return
             if grants.unreadable:
-                report.orphan_collection = _unreadable_grants(grants.unreadable)
+                report.orphan_collection_skipped = _unreadable_grants(grants.unreadable)
                 report.unreadable = grants.unreadable
                 return
             live = self.node.instances(card_index)

@@ -25,7 +25,7 @@ from hygon_dcu_plugin.deviceplugin.advertise import (
     healthy_count,
     partition_plan,
 )
-from hygon_dcu_plugin.deviceplugin.allocator import Allocator, card_views
+from hygon_dcu_plugin.deviceplugin.allocator import Allocator, offered_views
 from hygon_dcu_plugin.deviceplugin.board import DeviceBoard
 from hygon_dcu_plugin.deviceplugin.events import PodEvents
 from hygon_dcu_plugin.deviceplugin.grants import GrantStore
@@ -190,7 +190,7 @@ class Runtime:
         else:
             cards = self.node.cards()
             in_use, unlisted = held_tokens(self.store, self.lister)
-            plan = partition_plan(card_views(cards), in_use, unlisted)
+            plan = partition_plan(offered_views(cards), in_use, unlisted)
         for resource in self.resources:
             plan.setdefault(resource, [])
         return {r: d for r, d in plan.items() if r in self.resources}
@@ -253,7 +253,7 @@ class Runtime:
             by_profile: LabelKey = (("profile", name),)
             values[by_profile] = values.get(by_profile, 0.0) + 1
         self.metrics.live_instances.set_all(values)
-        free = free_capacity(card_views(cards))
+        free = free_capacity(offered_views(cards))
         self.metrics.free.set_all({(("resource", r),): float(n) for r, n in free.items()})
 
     # threads ---------------------------------------------------------------------------

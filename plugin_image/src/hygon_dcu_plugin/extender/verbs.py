@@ -1,9 +1,10 @@
 """The extender's three verbs: filter, prioritize and bind (docs/dev/extender.md).
 
 A pod's partition request is read the way the webhook and the allocator read it: the pod rules
-the webhook denies with (``pod_rules.find_violations``) decide whether it can be served at all, and
-``request.parse_container`` what each app container asks for. A pod that breaks a rule fails on
-every node with the webhook's own message; containers without a partition are ignored.
+the webhook denies with decide whether it can be served at all, and what each app container
+asks for, in one reading (``pod_rules.read_pod``, over ``request.parse_container``). A pod
+that breaks a rule fails on every node with the webhook's own message; containers without a
+partition are ignored.
 
 Bind serves only pods that name this extender's scheduler (``--scheduler-name``).
 
@@ -55,8 +56,8 @@ from hygon_dcu_plugin.extender.wire import (
     filter_result,
     priority_list,
 )
-from hygon_dcu_plugin.pod_rules import find_violations
-from hygon_dcu_plugin.request import PartitionRequest, ProfileRequest, SizeRequest, parse_container
+from hygon_dcu_plugin.pod_rules import read_pod
+from hygon_dcu_plugin.request import PartitionRequest
 from hygon_dcu_plugin.reservation import MAX_CONTAINERS, Reservation, ReservationError, Reserved
 from hygon_dcu_plugin.reservation import decode as decode_reservation
 from hygon_dcu_plugin.reservation import encode as encode_reservation
@@ -104,23 +105,13 @@ class BindAnswer:
 
 def pod_requests(pod: Mapping[str, Any]) -> Requests | str:
     """The partition request of each app container of the pod, or why it cannot be served."""
-    findings = find_violations(pod)
-    if findings.total:
-        return findings.message()
-    spec = pod.get("spec")
-    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    reading = read_pod(pod)
+    if reading.findings.total:
+        return reading.findings.message()
     requests: Requests = []
-    # find_violations found none, so the containers and their resources have the API's shape.
-    for entry in containers if isinstance(containers, list) else []:
-        name = entry.get("name")
-        resources = entry.get("resources") or {}
-        verdict = parse_container(
-            name, resources.get("limits") or {}, resources.get("requests") or {}
-        )
-        if not isinstance(verdict, ProfileRequest | SizeRequest):
-            continue
-        if not isinstance(name, str) or kube_name_problem(name, subdomain=False):
-            return f"container name {shorten(str(name))!r} is not a container name"
+    for name, verdict in reading.partitions:
+        if kube_name_problem(name, subdomain=False):
+            return f"container name {shorten(name)!r} is not a container name"
         requests.append((name, verdict))
     if len(requests) > MAX_CONTAINERS:
         return (

@@ -14,7 +14,7 @@ from typing import Any
 from hygon_dcu_plugin.pod_rules import (
     Findings,
     Offered,
-    find_violations,
+    read_pod,
 )
 from hygon_dcu_plugin.request import Reason, Violation
 from hygon_dcu_plugin.serving.body import BadBody
@@ -95,7 +95,7 @@ def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
         metadata = pod.get("metadata")
         if isinstance(metadata, Mapping):
             name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
-    findings = find_violations(pod, offered)
+    findings = read_pod(pod, offered).findings
     return Decision(
         uid,
         findings.total == 0,

@@ -12,7 +12,7 @@ import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.cards import Placement, Profile
 from ansible_collections.hygon.dcu.plugins.module_utils.facts import card_facts
 from hygon_dcu_plugin.deviceplugin.advertise import free_capacity
-from hygon_dcu_plugin.deviceplugin.allocator import card_views
+from hygon_dcu_plugin.deviceplugin.allocator import offered_views
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import KubeApiError
 from hygon_dcu_plugin.vocabulary import ANNOTATION_PREFIX, FAMILY, PROFILE_PREFIX, WHOLE_CARD
@@ -113,7 +113,7 @@ def test_operators_read_the_free_capacity_the_kubelet_is_told(harness: Harness) 
     for card in cards:
         for name, count in card_facts(card)["remaining"].items():  # mig_info's figure
             reported[PROFILE_PREFIX + name] = reported.get(PROFILE_PREFIX + name, 0) + count
-    advertised = free_capacity(card_views(cards))
+    advertised = free_capacity(offered_views(cards))
     assert reported == {r: n for r, n in advertised.items() if r != FAMILY}
     assert reported[PROFILE_PREFIX + "8g.63gb"] == 6
 

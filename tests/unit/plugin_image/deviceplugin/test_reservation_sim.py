@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.cards import Profile
-from hygon_dcu_plugin.deviceplugin.allocator import card_views
+from hygon_dcu_plugin.deviceplugin.allocator import offered_views
 from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.placement import choose
@@ -106,7 +106,7 @@ def _grant_of(harness: Harness, pod: str) -> tuple[str, str, int, int]:
 def test_the_reservation_is_carved_where_it_says_not_where_the_policy_would(
     harness: Harness,
 ) -> None:
-    views = card_views(harness.node.cards())
+    views = offered_views(harness.node.cards())
     policy = choose(views, "4g.31gb", harness.settings.policy)
     assert policy is not None
     # The last card, at the second placement: somewhere the policy does not pick.
@@ -127,14 +127,14 @@ def test_a_size_request_gets_the_reserved_profile_when_it_covers(harness: Harnes
     # where it looked); the allocator carves what it reserved.
     profiles = _profiles(harness)
     small, big = profiles["2g.15gb"], profiles["8g.63gb"]
-    views = card_views(harness.node.cards())
+    views = offered_views(harness.node.cards())
     reserved = Reserved(views[3].pci, big.name, 0, big.slices)
     _admit(harness, "s", {"main": _size_limits(small.memory_mib)}, _reservation(main=reserved))
     assert _grant_of(harness, "s") == (views[3].pci, big.name, 0, big.slices)
 
 
 def test_each_container_gets_its_own_entry(harness: Harness) -> None:
-    views = card_views(harness.node.cards())
+    views = offered_views(harness.node.cards())
     pci = views[2].pci
     text = _reservation(train=Reserved(pci, "4g.31gb", 0, 2), side=Reserved(pci, "2g.15gb", 3, 1))
     containers = {"train": _profile_limits("4g.31gb"), "side": _size_limits(1)}
@@ -193,7 +193,7 @@ def test_a_card_this_node_does_not_have_is_refused(harness: Harness) -> None:
 
 
 def test_a_profile_the_card_does_not_offer_is_refused(harness: Harness) -> None:
-    pci = card_views(harness.node.cards())[0].pci
+    pci = offered_views(harness.node.cards())[0].pci
     text = _reservation(main=Reserved(pci, "1g.16gb", 0, 1))
     message = _refused(harness, "p", _size_limits(1), text, AllocateRefusal.RESERVATION_TAKEN)
     assert "offers no profile 1g.16gb" in message and "2g.15gb" in message
@@ -201,7 +201,7 @@ def test_a_profile_the_card_does_not_offer_is_refused(harness: Harness) -> None:
 
 # bad_reservation: it cannot be trusted ----------------------------------------------------
 def _good(harness: Harness, profile: str = "2g.15gb", start: int = 0, size: int = 1) -> Reserved:
-    return Reserved(card_views(harness.node.cards())[0].pci, profile, start, size)
+    return Reserved(offered_views(harness.node.cards())[0].pci, profile, start, size)
 
 
 @pytest.mark.parametrize(
@@ -277,7 +277,7 @@ def test_a_size_no_profile_covers_names_what_is_offered(harness: Harness) -> Non
 
 def test_a_size_that_fits_nowhere_now_says_what_is_free(harness: Harness) -> None:
     largest = max(_profiles(harness).values(), key=lambda p: p.slices)
-    for number in range(len(card_views(harness.node.cards()))):
+    for number in range(len(offered_views(harness.node.cards()))):
         harness.admit(f"full{number}", largest.name)
     message = _refused_size(harness, _size_limits(1))
     assert message.reason is AllocateRefusal.NO_CAPACITY

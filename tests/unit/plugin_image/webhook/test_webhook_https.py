@@ -311,7 +311,7 @@ def test_a_bug_in_the_rules_answers_500_not_a_dropped_connection(
     def broken(_pod: object, _keep: int) -> object:
         raise RuntimeError("injected fault")
 
-    monkeypatch.setattr("hygon_dcu_plugin.webhook.review.find_violations", broken)
+    monkeypatch.setattr("hygon_dcu_plugin.webhook.review.read_pod", broken)
     body = json.dumps(admission_review(pod(container("a")))).encode()
     status, _ignored, error = _post(running_webhook, body)
     assert status == 500

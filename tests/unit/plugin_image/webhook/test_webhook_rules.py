@@ -9,8 +9,15 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hygon_dcu_plugin.pod_rules import check_pod
-from hygon_dcu_plugin.request import Reason, Violation
+from hygon_dcu_plugin.pod_rules import check_pod, read_pod
+from hygon_dcu_plugin.request import (
+    PartitionRequest,
+    ProfileRequest,
+    Reason,
+    SizeRequest,
+    Violation,
+    parse_container,
+)
 from webhook_pod_cases import CASES, FAMILY, P2G, P4G, PARTITION, WHOLE, Case, container, pod
 
 
@@ -22,6 +29,34 @@ def test_table_is_wide_enough() -> None:
         Reason.MALFORMED_POD,
         Reason.SIZE_NOT_OFFERED,  # needs the nodes' profiles: test_webhook_offered.py
     }
+
+
+def _app_partitions(case: Case) -> list[tuple[str, PartitionRequest]]:
+    """What each app container asking for a partition asks, read container by container."""
+    asked: list[tuple[str, PartitionRequest]] = []
+    for entry in case.pod["spec"].get("containers", []):
+        resources = entry.get("resources", {})
+        request = parse_container(
+            entry["name"], resources.get("limits") or {}, resources.get("requests") or {}
+        )
+        if isinstance(request, ProfileRequest | SizeRequest):
+            asked.append((entry["name"], request))
+    return asked
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
+def test_one_reading_gives_the_verdict_and_the_requests(case: Case) -> None:
+    # The extender serves what read_pod collected: for an admitted pod, exactly the app
+    # containers' partition requests, in spec order; for a denied one, its violations.
+    reading = read_pod(case.pod)
+    assert reading.findings.total == len(case.denied)
+    if case.allowed:
+        assert reading.partitions == _app_partitions(case)
+
+
+def test_the_table_admits_pods_with_several_partitions() -> None:
+    # Without such cases the test above would hold for a reading that kept one request only.
+    assert max(len(read_pod(case.pod).partitions) for case in CASES if case.allowed) >= 2
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.id)
