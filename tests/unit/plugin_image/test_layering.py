@@ -57,18 +57,16 @@ def imported(path: Path, name: str) -> Iterator[str]:
             yield from (f"{source}.{alias.name}" for alias in node.names)
 
 
-def import_graph(root: Path, prefix: str = "") -> dict[str, set[str]]:
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
     graph = {}
     for path in sorted(root.rglob("*.py")):
-        name = prefix + module_name(path, root)
+        name = ".".join(part for part in (package, module_name(path, root)) if part)
         graph[name] = set(imported(path, name))
     return graph
 
 
-PRODUCT = import_graph(SOURCE / PACKAGE, PACKAGE + ".") | {
-    PACKAGE: set(imported(SOURCE / PACKAGE / "__init__.py", PACKAGE))
-}
-COLLECTION = import_graph(MODULE_UTILS, COLLECTION_UTILS + ".")
+PRODUCT = import_graph(SOURCE / PACKAGE, PACKAGE)
+COLLECTION = import_graph(MODULE_UTILS, COLLECTION_UTILS)
 
 
 def layer(module: str) -> str:
