@@ -22,7 +22,7 @@ def mode_facts(mode: ModeState) -> dict[str, Any]:
     return {
         "current": mode_name(mode.current),
         "pending": mode_name(mode.pending),
-        "source": mode.source,
+        "source": mode.source.value,
         "error": mode.error,
     }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from enum import StrEnum
 
 from .cards import (
     Card,
@@ -93,11 +94,18 @@ class Instance:
     conf_host_path: str | None  # host_root-prefixed
 
 
+class ModeSource(StrEnum):
+    """Where the node's mode was read: the library, or the registry when the library is unusable."""
+
+    LIBRARY = "library"
+    REGISTRY = "registry"
+
+
 @dataclass(frozen=True)
 class ModeState:
     current: bool | None
     pending: bool | None
-    source: str  # "library", or "registry" when the library is unusable
+    source: ModeSource
     error: str | None = None
 
 
@@ -175,8 +183,10 @@ class Node:
             current, pending = self.library.system_mig_mode()
         except HydmiError as exc:
             present = bool(read_registry(self.host_root).cards)
-            return ModeState(current=present, pending=None, source="registry", error=str(exc))
-        return ModeState(current=bool(current), pending=bool(pending), source="library")
+            return ModeState(
+                current=present, pending=None, source=ModeSource.REGISTRY, error=str(exc)
+            )
+        return ModeState(current=bool(current), pending=bool(pending), source=ModeSource.LIBRARY)
 
     def partitioned(self) -> bool:
         """True only when the library answers and says the mode is on."""

@@ -154,7 +154,7 @@ from ..module_utils.facts import (
 )
 from ..module_utils.hydmi import HydmiError
 from ..module_utils.cards import Card
-from ..module_utils.node import Node
+from ..module_utils.node import ModeSource, Node
 
 
 def profiles_by_name(cards: list[Card]) -> list[dict[str, Any]]:
@@ -203,7 +203,7 @@ def gather(node: Node) -> dict[str, Any]:
         "partitioned": node.partitioned(),
         "library": {
             "path": node.library.path,
-            "usable": library_error is None and mode.source == "library",
+            "usable": library_error is None and mode.source is ModeSource.LIBRARY,
             "error": str(library_error) if library_error else mode.error,
         },
         "virtualization": any(card.profiles for card in queried) if queried else None,

@@ -99,7 +99,7 @@ from ..module_utils.facts import describe_instance, mode_name
 from ..module_utils.holders import explain_gaps, scan_holders
 from ..module_utils.hostpath import host_path
 from ..module_utils.hydmi import HydmiError
-from ..module_utils.node import Node
+from ..module_utils.node import ModeSource, Node
 
 KFD = "/dev/kfd"
 
@@ -131,7 +131,7 @@ VENDOR_MESSAGES: tuple[tuple[re.Pattern[str], str | None], ...] = (
 class Plan:
     previous: str
     wanted: str
-    source: str
+    source: ModeSource
     argv: list[str] = field(default_factory=list)
     refusal: str | None = None
 
@@ -222,7 +222,7 @@ def main() -> None:
         "changed": plan.change,
         "previous_mode": plan.previous,
         "mode": plan.wanted,
-        "mode_source": plan.source,
+        "mode_source": plan.source.value,
         "diff": {"before": {"mode": plan.previous}, "after": {"mode": plan.wanted}},
     }
     if plan.refusal:
@@ -237,7 +237,7 @@ def main() -> None:
     error = vendor_error(output, rc)
     after = node.mode()
     result["mode"] = mode_name(after.current) or "unknown"
-    result["mode_source"] = after.source
+    result["mode_source"] = after.source.value
     result["changed"] = result["mode"] != plan.previous
     result["diff"]["after"] = {"mode": result["mode"]}
     if error:

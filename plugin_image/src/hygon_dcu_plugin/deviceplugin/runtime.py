@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Checkpoint, Node
+from ansible_collections.hygon.dcu.plugins.module_utils.node import Checkpoint, ModeSource, Node
 
 from hygon_dcu_plugin.config import Settings, kube_name_problem
 from hygon_dcu_plugin.deviceplugin.advertise import (
@@ -117,7 +117,7 @@ class Runtime:
 
     def _read_mode(self) -> bool:
         state = self.node.mode()
-        if state.source != "library":
+        if state.source is not ModeSource.LIBRARY:
             log.error(
                 "management library unusable; serving no partitions", extra={"error": state.error}
             )

@@ -23,6 +23,8 @@ from hygon_dcu_plugin.extender.server import (
     DEFAULT_CERT,
     DEFAULT_KEY,
     VERB_PATHS,
+    ExtenderServer,
+    ProbeServer,
     make_probe_server,
     make_server,
 )
@@ -36,9 +38,10 @@ from hygon_dcu_plugin.serving import malloc_tuning
 from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_CONNECTIONS,
     MAX_CONNECTIONS_HELP,
+    bind_or_explain,
     stop_on_signals,
 )
-from hygon_dcu_plugin.serving.tls import CertificateError, CertificateReloader
+from hygon_dcu_plugin.serving.tls import CertificateReloader
 from hygon_dcu_plugin.vocabulary import SCHEDULER_NAME
 
 log = logging.getLogger(__name__)
@@ -206,7 +209,8 @@ def main(argv: list[str]) -> int:
     metrics = ExtenderMetrics(sample=state.counts)
     state.on_release = lambda released: metrics.release(released.why)
     extender = Extender(state, api, policy=options.policy, scheduler_name=options.scheduler_name)
-    try:
+
+    def bind() -> tuple[ExtenderServer, ProbeServer | None]:
         certificates = (
             CertificateReloader(options.cert_file, options.key_file, on_reload=metrics.tls_reload)
             if options.client_ca_file is None
@@ -225,25 +229,20 @@ def main(argv: list[str]) -> int:
             extender,
             max_connections=options.max_connections,
         )
-        probe = (
-            None
-            if options.probe_port is None
-            else make_probe_server(
-                options.address,
-                options.probe_port,
-                CertificateReloader(options.cert_file, options.key_file),
-                server,
-            )
+        if options.probe_port is None:
+            return server, None
+        probe = make_probe_server(
+            options.address,
+            options.probe_port,
+            CertificateReloader(options.cert_file, options.key_file),
+            server,
         )
-    except CertificateError as error:
-        log.error("startup_failed", extra={"error": str(error)})
+        return server, probe
+
+    servers = bind_or_explain(options.address, options.port, bind)
+    if servers is None:
         return 2
-    except OSError as error:
-        log.error(
-            "startup_failed",
-            extra={"error": f"cannot listen on {options.address}:{options.port}: {error.strerror}"},
-        )
-        return 2
+    server, probe = servers
 
     stop_on_signals(server, options.shutdown_delay_seconds)
     state.start()

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from hygon_dcu_plugin.extender.state import ReleasedWhy
-from hygon_dcu_plugin.extender.verbs import BindOutcome
+from hygon_dcu_plugin.extender.verbs import BindOutcome, Verb
 from hygon_dcu_plugin.prometheus_text import CONTENT_TYPE, Counter, Gauge, Histogram, render
 from hygon_dcu_plugin.serving.metrics import ServerMetrics
 
-__all__ = ["CONTENT_TYPE", "VERBS", "ExtenderMetrics"]
+__all__ = ["CONTENT_TYPE", "ExtenderMetrics"]
 
-VERBS = ("filter", "prioritize", "bind")
 # Seconds; the scheduler waits httpTimeout (5 s unless configured) for each call.
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _PREFIX = "hygon_dcu_extender_"
@@ -29,7 +28,7 @@ class ExtenderMetrics(ServerMetrics):
             verb: Histogram(
                 f"{_PREFIX}{verb}_seconds", f"Time to answer a {verb} request.", BUCKETS
             )
-            for verb in VERBS
+            for verb in Verb
         }
         self.binds = Counter(_PREFIX + "binds_total", "Bind requests answered, by outcome.")
         for outcome in BindOutcome:
@@ -45,7 +44,7 @@ class ExtenderMetrics(ServerMetrics):
         )
         self._sample = sample
 
-    def observe(self, verb: str, seconds: float) -> None:
+    def observe(self, verb: Verb, seconds: float) -> None:
         self.latency[verb].observe(seconds)
 
     def bind(self, outcome: BindOutcome) -> None:

@@ -19,7 +19,7 @@ from http import HTTPStatus
 from typing import Any
 
 from hygon_dcu_plugin.extender.metrics import ExtenderMetrics
-from hygon_dcu_plugin.extender.verbs import Extender
+from hygon_dcu_plugin.extender.verbs import Extender, Verb
 from hygon_dcu_plugin.extender.wire import WireError, parse_args, parse_binding
 from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_BODY,
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_CERT = "/etc/hygon-dcu-extender/tls/tls.crt"
 DEFAULT_KEY = "/etc/hygon-dcu-extender/tls/tls.key"
-VERB_PATHS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+VERB_PATHS = {f"/{verb}": verb for verb in Verb}
 # The kubelet's readiness and liveness probes, one connection each at a time, and spares.
 PROBE_CONNECTIONS = 8
 
@@ -89,7 +89,7 @@ class ExtenderHandler(BoundedHandler):
         return (HTTPStatus.OK, "ok") if healthy else (HTTPStatus.SERVICE_UNAVAILABLE, why)
 
     def _answer(self, target: str, length: int, started: float) -> None:
-        verb = target  # a value of VERB_PATHS; pylint wants the base class's parameter name
+        verb = Verb(target)  # a value of VERB_PATHS
         document = self._parsed(
             length, "the extender is busy reading other requests; retry", lambda parsed: parsed
         )
@@ -97,7 +97,7 @@ class ExtenderHandler(BoundedHandler):
             return
         extender = self.server.extender
         try:
-            if verb == "bind":
+            if verb is Verb.BIND:
                 binding = parse_binding(document)
                 answer = extender.bind(binding)
                 self.server.metrics.bind(answer.outcome)
@@ -119,7 +119,7 @@ class ExtenderHandler(BoundedHandler):
                         {"Retry-After": "1"},
                     )
                     return
-                if verb == "filter":
+                if verb is Verb.FILTER:
                     payload = extender.filter(args)
                     fields = {"passed": len(payload["nodenames"])}
                 else:
@@ -135,7 +135,7 @@ class ExtenderHandler(BoundedHandler):
             self._error(HTTPStatus.BAD_REQUEST, error.reason, error.message)
             return
         except Exception:  # a bug here must still answer, never drop the connection
-            log.error("extender_failed", extra={"verb": verb}, exc_info=True)
+            log.error("extender_failed", extra={"verb": verb.value}, exc_info=True)
             self._error(
                 HTTPStatus.INTERNAL_SERVER_ERROR,
                 "internal-error",
@@ -144,7 +144,7 @@ class ExtenderHandler(BoundedHandler):
             return
         elapsed = time.monotonic() - started
         self.server.metrics.observe(verb, elapsed)
-        log.info(verb, extra={**fields, "duration_ms": round(elapsed * 1000, 3)})
+        log.info(verb.value, extra={**fields, "duration_ms": round(elapsed * 1000, 3)})
         self._send(HTTPStatus.OK, json.dumps(payload).encode(), "application/json")
 
 

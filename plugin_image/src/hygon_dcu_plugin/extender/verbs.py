@@ -76,6 +76,14 @@ BINDING_SETTLE_SECONDS = 60.0
 Requests = list[tuple[str, PartitionRequest]]
 
 
+class Verb(StrEnum):
+    """The scheduler's calls, each POSTed to ``/<verb>``."""
+
+    FILTER = "filter"
+    PRIORITIZE = "prioritize"
+    BIND = "bind"
+
+
 class BindOutcome(StrEnum):
     """The ``outcome`` label of hygon_dcu_extender_binds_total."""
 

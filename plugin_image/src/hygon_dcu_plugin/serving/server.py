@@ -52,9 +52,10 @@ from hygon_dcu_plugin.serving.reader import (
     RequestRefused,
     wait_readable,
 )
-from hygon_dcu_plugin.serving.tls import CertificateReloader
+from hygon_dcu_plugin.serving.tls import CertificateError, CertificateReloader
 
 Parsed = TypeVar("Parsed")
+Bound = TypeVar("Bound")
 
 log = logging.getLogger(__name__)
 
@@ -580,6 +581,21 @@ MAX_CONNECTIONS_HELP = (
     "connections over this many take the place of the one idle longest, or are closed at once "
     "when none is idle; one client address may have half of them busy"
 )
+
+
+def bind_or_explain(address: str, port: int, bind: Callable[[], Bound]) -> Bound | None:
+    """``bind()``, or None with why logged when a certificate cannot be read or the address
+    taken: the program then exits 2 (a usage error), as for its other startup failures."""
+    try:
+        return bind()
+    except CertificateError as error:
+        log.error("startup_failed", extra={"error": str(error)})
+    except OSError as error:
+        log.error(
+            "startup_failed",
+            extra={"error": f"cannot listen on {address}:{port}: {error.strerror}"},
+        )
+    return None
 
 
 def stop_on_signals(server: BoundedServer, delay_seconds: float) -> None:

@@ -8,7 +8,7 @@ many violations it leaves out).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hygon_dcu_plugin.pod_rules import (
@@ -16,7 +16,6 @@ from hygon_dcu_plugin.pod_rules import (
     Offered,
     read_pod,
 )
-from hygon_dcu_plugin.request import Reason, Violation
 from hygon_dcu_plugin.serving.body import BadBody
 
 API_VERSION = "admission.k8s.io/v1"
@@ -31,22 +30,26 @@ class BadReview(BadBody):
     """The body is JSON but not an AdmissionReview this webhook can answer (HTTP 400)."""
 
 
+# What a review that checks nothing finds: it is admitted.
+NOTHING_FOUND = Findings([], 0, frozenset())
+
+
 @dataclass(frozen=True)
 class Decision:
     uid: str
-    allowed: bool
-    # The first violations (KEPT_VIOLATIONS at most), how many there were, and their rules.
-    violations: list[Violation] = field(default_factory=list)
-    violation_count: int = 0
-    rules: frozenset[Reason] = frozenset()
+    findings: Findings
     # What was reviewed, for the log line.
     operation: str = ""
     namespace: str = ""
     name: str = ""
 
+    @property
+    def allowed(self) -> bool:
+        return self.findings.total == 0
+
     def message(self) -> str:
         """The violations' messages joined and bounded (``Findings.message``)."""
-        return Findings(self.violations, self.violation_count, self.rules).message()
+        return self.findings.message()
 
     def response(self) -> dict[str, Any]:
         answer: dict[str, Any] = {"uid": self.uid, "allowed": self.allowed}
@@ -87,7 +90,7 @@ def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
     # Only a pod's CREATE carries resources that can change: extended resources are immutable
     # afterwards (in-place resize covers cpu and memory only), so anything else is admitted.
     if not is_pod or operation != "CREATE":
-        return Decision(uid, True, operation=operation, namespace=namespace, name=name)
+        return Decision(uid, NOTHING_FOUND, operation, namespace, name)
     pod = request.get("object")
     if not isinstance(pod, Mapping):
         raise BadReview("no-object", "the CREATE request for a pod carries no pod object")
@@ -95,17 +98,7 @@ def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
         metadata = pod.get("metadata")
         if isinstance(metadata, Mapping):
             name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
-    findings = read_pod(pod, offered).findings
-    return Decision(
-        uid,
-        findings.total == 0,
-        findings.kept,
-        findings.total,
-        findings.rules,
-        operation,
-        namespace,
-        name,
-    )
+    return Decision(uid, read_pod(pod, offered).findings, operation, namespace, name)
 
 
 def _text(value: object) -> str:

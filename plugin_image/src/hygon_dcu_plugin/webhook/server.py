@@ -27,9 +27,10 @@ from hygon_dcu_plugin.serving.server import (
     REQUEST_TIMEOUT,
     BoundedHandler,
     BoundedServer,
+    bind_or_explain,
     stop_on_signals,
 )
-from hygon_dcu_plugin.serving.tls import CertificateError, CertificateReloader
+from hygon_dcu_plugin.serving.tls import CertificateReloader
 from hygon_dcu_plugin.webhook.metrics import Metrics
 from hygon_dcu_plugin.webhook.review import decide
 
@@ -80,10 +81,11 @@ class AdmissionHandler(BoundedHandler):
         )
         if decision is None:
             return
-        self.server.metrics.review(decision.allowed, decision.rules)
+        findings = decision.findings
+        self.server.metrics.review(decision.allowed, findings.rules)
         # Rules in the order their first violation was found.
-        rules = list(dict.fromkeys(violation.rule.value for violation in decision.violations))
-        rules += sorted(rule.value for rule in decision.rules if rule.value not in rules)
+        rules = list(dict.fromkeys(violation.rule.value for violation in findings.kept))
+        rules += sorted(rule.value for rule in findings.rules if rule.value not in rules)
         log.info(
             "admission_review",
             extra={
@@ -93,7 +95,7 @@ class AdmissionHandler(BoundedHandler):
                 "pod": decision.name,
                 "allowed": decision.allowed,
                 "rules": rules,
-                "violations": decision.violation_count,
+                "violations": findings.total,
                 "why": decision.message() if not decision.allowed else "",
                 "duration_ms": round((time.monotonic() - started) * 1000, 3),
             },
@@ -215,8 +217,10 @@ def main(argv: list[str]) -> int:
     if not malloc_tuning.tune():
         log.warning("malloc_not_tuned", extra={"detail": "no glibc mallopt; memory may grow"})
     offered = start_offered(options.geometry_namespace, options.geometry_refresh_seconds)
-    try:
-        server = serve(
+    server = bind_or_explain(
+        options.address,
+        options.port,
+        lambda: serve(
             options.address,
             options.port,
             options.cert_file,
@@ -224,15 +228,9 @@ def main(argv: list[str]) -> int:
             max_body=options.max_body_bytes,
             max_connections=options.max_connections,
             offered=offered.profiles if offered is not None else lambda: None,
-        )
-    except CertificateError as error:
-        log.error("startup_failed", extra={"error": str(error)})
-        return 2
-    except OSError as error:
-        log.error(
-            "startup_failed",
-            extra={"error": f"cannot listen on {options.address}:{options.port}: {error.strerror}"},
-        )
+        ),
+    )
+    if server is None:
         return 2
 
     stop_on_signals(server, options.shutdown_delay_seconds)

@@ -140,7 +140,7 @@ def test_denial_of_66k_containers_is_bounded_and_says_what_was_cut() -> None:
     message = response["status"]["message"]
     assert response["allowed"] is False
     assert len(message) <= MAX_MESSAGE_CHARS
-    assert decision.violation_count == 66_000
+    assert decision.findings.total == 66_000
     shown = message.count("without a profile")
     assert shown >= 1
     assert message.endswith(

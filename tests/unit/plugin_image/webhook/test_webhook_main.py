@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,34 @@ def test_missing_certificate_exits_2_with_a_clear_log(
     event = _events(capsys.readouterr().err.splitlines())[-1]
     assert event["msg"] == "startup_failed"
     assert "none.crt" in event["error"]
+
+
+def test_a_taken_port_exits_2_naming_the_address(
+    tmp_path: Path, authority: Authority, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cert_pem, key_pem, _ignored = authority.issue()
+    (tmp_path / "tls.crt").write_bytes(cert_pem)
+    (tmp_path / "tls.key").write_bytes(key_pem)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code = main(
+            [
+                "--address",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--cert-file",
+                str(tmp_path / "tls.crt"),
+                "--key-file",
+                str(tmp_path / "tls.key"),
+            ]
+        )
+    assert code == 2
+    event = _events(capsys.readouterr().err.splitlines())[-1]
+    assert event["msg"] == "startup_failed"
+    assert event["error"].startswith(f"cannot listen on 127.0.0.1:{port}: ")
 
 
 def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
