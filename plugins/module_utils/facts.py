@@ -10,6 +10,7 @@ from .cards import Card, Profile
 from .holders import Gap, Holder
 from .node import Instance, ModeState
 from .registry import Finding
+from .vdevs import Vdev
 
 
 def mode_name(enabled: bool | None) -> str | None:
@@ -105,3 +106,21 @@ def holder_facts(holder: Holder) -> dict[str, Any]:
 
 def gap_facts(gap: Gap) -> dict[str, Any]:
     return {"kind": gap.kind, "detail": gap.detail}
+
+
+def vdev_facts(vdev: Vdev) -> dict[str, Any]:
+    return {
+        "id": vdev.id,
+        "card": vdev.card,
+        "compute_units": vdev.compute_units,
+        "memory_mib": vdev.memory_mib,
+        "conf_path": vdev.conf_path,
+        "conf_problem": vdev.conf_problem,
+    }
+
+
+def describe_vdev(vdev: Vdev) -> str:
+    return (
+        f"vdev {vdev.id} on card {vdev.card} ({vdev.compute_units} CUs, {vdev.memory_mib} MiB, "
+        f"{vdev.conf_path})"
+    )

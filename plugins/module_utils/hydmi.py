@@ -4,16 +4,15 @@
 
 The library exports NVML's symbol names with its own struct layouts, so nothing here may come
 from an NVML binding: the structs below follow the vendor header (docs/dev/hardware.md).
-Loading the library is its init (there is no init/shutdown call). Every symbol is resolved on
-the one RTLD_LOCAL handle the first time it is called; a missing symbol fails that call only.
+Loading the library is its init (there is no init/shutdown call); ``shared_library`` loads it.
 """
 
 from __future__ import annotations
 
 import ctypes
-import os
-from collections.abc import Callable
 from typing import Any
+
+from .shared_library import LoadFailure, SharedLibrary, library_candidates, text_field
 
 # Return codes (NVML's numbers).
 SUCCESS = 0
@@ -65,8 +64,6 @@ COMPUTE_ENGINE_PROFILE_SHARED = 0
 ARRAY_CAPACITY = 32
 
 LIBRARY_NAMES = ("libhydmi_mig.so.1", "libhydmi_mig.so")
-# Tried under host_root when the dynamic loader's default search fails.
-LIBRARY_DIRS = ("/opt/hyhal/lib", "/opt/dtk/lib")
 
 
 def code_name(code: int) -> str:
@@ -113,6 +110,12 @@ def error_for(call: str, code: int, detail: str = "") -> HydmiError:
     if code in UNUSABLE_CODES:
         return LibraryUnusable(call, code, detail)
     return HydmiError(call, code, detail)
+
+
+def unusable(failure: LoadFailure) -> LibraryUnusable:
+    """The library missing, or a symbol it lacks, in this binding's codes."""
+    code = FUNCTION_NOT_FOUND if failure.missing_symbol else LIBRARY_NOT_FOUND
+    return LibraryUnusable(failure.call, code, failure.detail)
 
 
 # Struct layouts, C order, ``unsigned int`` unless noted (docs/dev/hardware.md, "Library").
@@ -215,75 +218,35 @@ SIGNATURES: dict[str, tuple[Any, ...]] = {
 }
 
 
-def library_candidates(host_root: str = "/", library_path: str | None = None) -> list[str]:
-    """Paths handed to dlopen, in order. An explicit path is the only candidate."""
-    if library_path:
-        return [library_path]
-    candidates = list(LIBRARY_NAMES)
-    for directory in LIBRARY_DIRS:
-        base = os.path.join(host_root, directory.lstrip("/"))
-        candidates.extend(os.path.join(base, name) for name in LIBRARY_NAMES)
-    return candidates
-
-
-def _text(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", errors="replace")
-
-
 class HydmiLibrary:
     """One loaded copy of the library. Methods raise HydmiError subclasses, never return codes."""
 
     def __init__(self, host_root: str = "/", library_path: str | None = None) -> None:
         self.host_root = host_root
-        self.candidates = library_candidates(host_root, library_path)
-        self.path: str | None = None
-        self._dll: ctypes.CDLL | None = None
-        self._functions: dict[str, Callable[..., int]] = {}
-        self._load_error: LibraryUnusable | None = None
-        self._load()
-
-    def _load(self) -> None:
-        failures: list[str] = []
-        for candidate in self.candidates:
-            try:
-                self._dll = ctypes.CDLL(candidate, mode=os.RTLD_LOCAL)
-            except OSError as exc:
-                failures.append(f"{candidate}: {exc}")
-                continue
-            self.path = candidate
-            return
-        self._load_error = LibraryUnusable(
-            "dlopen",
-            LIBRARY_NOT_FOUND,
-            "tried " + "; ".join(failures),
+        self._library = SharedLibrary(
+            library_candidates(LIBRARY_NAMES, host_root, library_path), SIGNATURES
         )
+        self.candidates = self._library.candidates
+
+    @property
+    def path(self) -> str | None:
+        return self._library.path
 
     @property
     def loaded(self) -> bool:
-        return self._dll is not None
+        return self._library.loaded
 
     @property
     def load_error(self) -> LibraryUnusable | None:
-        return self._load_error
-
-    def _function(self, name: str) -> Callable[..., int]:
-        cached = self._functions.get(name)
-        if cached is not None:
-            return cached
-        if self._dll is None:
-            detail = self._load_error.detail if self._load_error else "not loaded"
-            raise LibraryUnusable(name, LIBRARY_NOT_FOUND, detail)
-        try:
-            function = getattr(self._dll, name)
-        except AttributeError:
-            raise LibraryUnusable(name, FUNCTION_NOT_FOUND, "symbol not exported") from None
-        function.argtypes = SIGNATURES[name]
-        function.restype = ctypes.c_int
-        self._functions[name] = function
-        return function  # type: ignore[no-any-return]
+        failure = self._library.load_failure
+        return None if failure is None else unusable(failure)
 
     def call(self, name: str, *args: Any) -> None:
-        code = int(self._function(name)(*args))
+        try:
+            function = self._library.function(name)
+        except LoadFailure as failure:
+            raise unusable(failure) from None
+        code = int(function(*args))
         if code != SUCCESS:
             raise error_for(name, code)
 
@@ -428,10 +391,6 @@ class HydmiLibrary:
 
 def profile_name(raw: bytes | str) -> str:
     """``MIG 2g.15gb`` → ``2g.15gb``: the last word, lowercase."""
-    text = _text(raw) if isinstance(raw, bytes) else raw
+    text = text_field(raw) if isinstance(raw, bytes) else raw
     words = text.split()
     return words[-1].lower() if words else ""
-
-
-def text_field(raw: bytes) -> str:
-    return _text(raw)

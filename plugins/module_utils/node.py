@@ -32,7 +32,6 @@ from .hydmi import (
     LibraryUnusable,
     classify,
     profile_name,
-    text_field,
 )
 from .registry import (
     Registry,
@@ -42,6 +41,7 @@ from .registry import (
     read_registry,
     sweep_poison,
 )
+from .shared_library import text_field
 
 # Called with each step's name as it completes: the crash tests stop a create there. The one
 # definition the device plugin's allocator, reclaimer and runtime take too.

@@ -222,7 +222,7 @@ def _conf_file_from(
     return conf_file, problems
 
 
-def _read_file_at(directory_fd: int, name: str) -> bytes:
+def read_file_at(directory_fd: int, name: str) -> bytes:
     """Read a regular file relative to an open directory without following links."""
     fd = os.open(name, _FILE_FLAGS, dir_fd=directory_fd)
     try:
@@ -243,7 +243,7 @@ def _read_file_at(directory_fd: int, name: str) -> bytes:
         os.close(fd)
 
 
-def _open_dir(path: str, at: int | None = None) -> int:
+def open_dir(path: str, at: int | None = None) -> int:
     return os.open(path, _DIR_FLAGS, dir_fd=at)
 
 
@@ -270,7 +270,7 @@ class _Reader:
 
     def read(self) -> Registry:
         try:
-            root_fd = _open_dir(self.root)
+            root_fd = open_dir(self.root)
         except FileNotFoundError:
             return self.registry
         except OSError as exc:
@@ -307,7 +307,7 @@ class _Reader:
                 self.finding("link", canonical, "dev<N> is a link; not followed")
                 continue
             try:
-                raw = _read_file_at(root_fd, entry.name)
+                raw = read_file_at(root_fd, entry.name)
             except OSError as exc:
                 self.finding("unreadable", canonical, _describe(exc))
                 continue
@@ -324,7 +324,7 @@ class _Reader:
             self.finding("link", canonical, "registry subdirectory is a link; not followed")
             return
         try:
-            directory_fd = _open_dir(entry.name, root_fd)
+            directory_fd = open_dir(entry.name, root_fd)
         except OSError as exc:
             self.finding(_dir_failure_kind(entry.name, root_fd), canonical, _describe(exc))
             return
@@ -360,7 +360,7 @@ class _Reader:
         if match is None:
             return
         try:
-            raw = _read_file_at(directory_fd, name)
+            raw = read_file_at(directory_fd, name)
         except OSError as exc:
             self.finding("unreadable", canonical, _describe(exc))
             return
@@ -425,12 +425,12 @@ def sweep_poison(
     result = SweepResult()
     canonical_dir = f"{REGISTRY_PATH}/{COMPUTE_DIR}"
     try:
-        root_fd = _open_dir(host_path(host_root, REGISTRY_PATH))
+        root_fd = open_dir(host_path(host_root, REGISTRY_PATH))
     except OSError:
         return result
     try:
         try:
-            directory_fd = _open_dir(COMPUTE_DIR, root_fd)
+            directory_fd = open_dir(COMPUTE_DIR, root_fd)
         except OSError:
             return result
         try:
@@ -457,7 +457,7 @@ def _sweep_one(
 ) -> None:
     if dry_run:
         try:
-            inner = _open_dir(name, directory_fd)
+            inner = open_dir(name, directory_fd)
         except OSError as exc:
             result.kept.append(Finding("poison", canonical, _describe(exc)))
             return

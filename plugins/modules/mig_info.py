@@ -129,6 +129,20 @@ mig_info:
         malformed conf files).
       type: list
       elements: dict
+    logical_slices:
+      description: The live logical slices (the vendor's virtual devices) read through
+        C(libhydmi.so), the conf files under C(/etc/vdev) (C(conf_paths)) and those of no live
+        slice (C(stray_confs)). With the library unusable, C(vdevs) is empty and
+        C(library.error) says why; C(conf_problem) says why a live slice's conf file cannot be
+        given to a container.
+      type: dict
+      sample:
+        library: {"path": "/opt/hyhal/lib/libhydmi.so", "usable": true, "error": null}
+        vdevs:
+          - {"id": 0, "card": 0, "compute_units": 20, "memory_mib": 16384,
+             "conf_path": "/etc/vdev/vdev0.conf", "conf_problem": null}
+        conf_paths: ["/etc/vdev/vdev0.conf"]
+        stray_confs: []
     errors:
       description: Queries that failed (per card or for instances); the rest of the report
         still stands.
@@ -151,10 +165,13 @@ from ..module_utils.facts import (
     finding_facts,
     instance_facts,
     mode_facts,
+    vdev_facts,
 )
 from ..module_utils.hydmi import HydmiError
 from ..module_utils.cards import Card
+from ..module_utils.dmi import DmiError
 from ..module_utils.node import ModeSource, Node
+from ..module_utils.vdevs import VdevError, Vdevs
 
 
 def profiles_by_name(cards: list[Card]) -> list[dict[str, Any]]:
@@ -175,6 +192,26 @@ def profiles_by_name(cards: list[Card]) -> list[dict[str, Any]]:
             )
             entry["cards"].append(card.index)
     return sorted(merged.values(), key=lambda entry: (entry["slices"], entry["name"]))
+
+
+def logical_slices(host_root: str) -> dict[str, Any]:
+    """The live logical slices through the vendor's libhydmi.so, or why they cannot be read."""
+    vdevs = Vdevs(host_root)
+    facts: dict[str, Any] = {
+        "library": {"path": vdevs.library.path, "usable": False, "error": None},
+        "vdevs": [],
+        "stray_confs": [],
+        "conf_paths": vdevs.conf_paths(),
+    }
+    try:
+        reading = vdevs.read()
+    except (DmiError, VdevError) as exc:
+        facts["library"]["error"] = str(exc)
+        return facts
+    facts["library"]["usable"] = True
+    facts["vdevs"] = [vdev_facts(vdev) for vdev in reading.vdevs]
+    facts["stray_confs"] = reading.stray_confs
+    return facts
 
 
 def gather(node: Node) -> dict[str, Any]:
@@ -212,6 +249,7 @@ def gather(node: Node) -> dict[str, Any]:
         "instances": instances,
         "poison": [finding_facts(f) for f in registry.poison],
         "findings": [finding_facts(f) for f in registry.findings],
+        "logical_slices": logical_slices(node.host_root),
         "errors": errors,
     }
 

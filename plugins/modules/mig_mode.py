@@ -18,8 +18,10 @@ description:
   - Refuses before calling C(hy-smi) when any process holds C(/dev/kfd) (the vendor tool would
     refuse with a message that names nobody; this module names each pid and command), when it
     cannot tell whether anything holds it (not run as root, no usable C(/proc), no
-    C(/dev/kfd) under O(host_root); see M(hygon.dcu.kfd_holders_info)), and, to disable, while
-    any GPU instance exists (naming each one).
+    C(/dev/kfd) under O(host_root); see M(hygon.dcu.kfd_holders_info)), to disable, while
+    any GPU instance exists (naming each one), and, to enable, while any logical slice exists
+    (naming each one) or the vendor's C(libhydmi.so) cannot list them while C(/etc/vdev) holds
+    slice conf files.
   - Maps every C(hy-smi) message it knows to an error that says what to do next, shows unknown
     output verbatim, and re-reads the mode afterwards to verify the switch.
   - Never passes C(-i). The mode is node-wide and the vendor tool rejects a device selector.
@@ -51,6 +53,7 @@ notes:
   - Stop every user of C(/dev/kfd) first, including the device plugin (park it on the node);
     M(hygon.dcu.kfd_holders_info) can wait for them.
   - To disable, remove every instance first with M(hygon.dcu.mig_instances).
+  - To enable, remove every logical slice first with M(hygon.dcu.logical_slices).
 """
 
 EXAMPLES = r"""
@@ -95,11 +98,13 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 
 from ..module_utils.common_options import find_hy_smi, host_root_spec, hy_smi_spec, library_spec
-from ..module_utils.facts import describe_instance, mode_name
+from ..module_utils.dmi import DmiError, DmiUnusable
+from ..module_utils.facts import describe_instance, describe_vdev, mode_name
 from ..module_utils.holders import explain_gaps, scan_holders
 from ..module_utils.hostpath import host_path
 from ..module_utils.hydmi import HydmiError
 from ..module_utils.node import ModeSource, Node
+from ..module_utils.vdevs import VdevError, Vdevs
 
 KFD = "/dev/kfd"
 
@@ -151,6 +156,26 @@ def instance_blockers(node: Node) -> list[str]:
         return named
 
 
+def slice_blockers(host_root: str) -> list[str]:
+    """The live logical slices, described. VdevError when that cannot be known: the library
+    cannot list them while their driver's conf files say some may live."""
+    vdevs = Vdevs(host_root)
+    try:
+        return [describe_vdev(vdev) for vdev in vdevs.read().vdevs]
+    except DmiUnusable as exc:
+        # No slice lives without the conf file the driver writes for it: a node without the
+        # slicing library (or without slices) has none of those files.
+        confs = vdevs.conf_paths()
+        if not confs:
+            return []
+        raise VdevError(
+            f"the vendor library cannot list logical slices ({exc}) while "
+            f"{', '.join(confs)} say some may live"
+        ) from exc
+    except DmiError as exc:
+        raise VdevError(f"the vendor library cannot list logical slices: {exc}") from exc
+
+
 def make_plan(module: AnsibleModule, node: Node) -> Plan:
     """The decision, shared by check mode and the real run."""
     params = module.params
@@ -185,6 +210,19 @@ def make_plan(module: AnsibleModule, node: Node) -> Plan:
             plan.refusal = (
                 f"cannot disable: {len(blockers)} instance(s) still exist: "
                 f"{'; '.join(blockers)}. Remove them with hygon.dcu.mig_instances "
+                "(state: absent) and run again."
+            )
+            return plan
+    if plan.wanted == "enabled":
+        try:
+            slices = slice_blockers(params["host_root"])
+        except VdevError as exc:
+            plan.refusal = f"cannot enable: {exc}. Nothing was switched."
+            return plan
+        if slices:
+            plan.refusal = (
+                f"cannot enable: {len(slices)} logical slice(s) still exist: "
+                f"{'; '.join(slices)}. Remove them with hygon.dcu.logical_slices "
                 "(state: absent) and run again."
             )
             return plan

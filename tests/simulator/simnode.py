@@ -2,7 +2,8 @@
 
 Importable by tests as ``simnode`` (``tests/simulator`` is on the pytest path) and run as the
 ``tests/simulator/simnode`` script. The driver state lives in ``ROOT/.sim/`` and is shared with
-the C library (``build/libhydmi_mig.so.1``), ``hy-smi`` and ``dcu-probe`` under one ``flock``.
+the C libraries (``build/libhydmi_mig.so.1``, the virtual-device ``build/libhydmi.so``),
+``hy-smi`` and ``dcu-probe`` under one ``flock``.
 
 Models: ``c3000-bw`` is the measured C-3000 "BW" card (docs/dev/hardware.md). ``hypo-x8`` is
 HYPOTHETICAL: invented so nothing downstream can hard-code the BW table.
@@ -25,6 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BUILD_DIR = HERE / "build"
 LIB_PATH = BUILD_DIR / "libhydmi_mig.so.1"
+DMI_LIB_PATH = BUILD_DIR / "libhydmi.so"
 HY_SMI_PATH = BUILD_DIR / "hy-smi"
 PROBE_PATH = BUILD_DIR / "dcu-probe"
 MINIRUN_PATH = HERE / "minirun"
@@ -32,6 +34,19 @@ SIMNODE_PATH = HERE / "simnode"
 
 ROOT_ENV = "HYDMI_SIM_ROOT"
 FAULT_OPS = ("gi_create", "ci_create", "gi_destroy", "ci_destroy", "set_mode")
+# libhydmi.so (virtual devices). vdev_create_crash writes the conf files, then fails before the
+# driver records the vdevs: a stray conf is left behind.
+VDEV_FAULT_OPS = ("vdev_create", "vdev_create_crash", "vdev_destroy", "vdev_update")
+# Default codes: NVML UNKNOWN for the MIG library; dmiStatus CREATE_VDEV_FAILED (8),
+# DESTROY_VDEV_FAILED (9) and ERROR (1) for the vdev library.
+DEFAULT_FAULT_CODES = {
+    **dict.fromkeys(FAULT_OPS, 999),
+    "vdev_create": 8,
+    "vdev_create_crash": 8,
+    "vdev_destroy": 9,
+    "vdev_update": 1,
+}
+VDEVS_PER_CARD = 4
 # Real character devices are made with the numbers of /dev/null so they can be opened.
 NULL_MAJOR, NULL_MINOR = 1, 3
 DRM_MAJOR = 226
@@ -159,6 +174,16 @@ class ComputeInstanceState:
     uuid: str
 
 
+@dataclass(frozen=True)
+class VDevState:
+    id: int
+    card: int
+    cu_count: int
+    mem_mib: int
+    pipe_id: int
+    cu_mask: tuple[int, int]  # low word, high word
+
+
 @dataclass
 class Status:
     model: str
@@ -169,6 +194,7 @@ class Status:
     gpu_instances: list[GpuInstanceState] = field(default_factory=list)
     compute_instances: list[ComputeInstanceState] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
+    vdevs: list[VDevState] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -204,6 +230,14 @@ class SimNode:
     @property
     def mkfd(self) -> Path:
         return self.root / "dev" / "mkfd"
+
+    @property
+    def vdev_dir(self) -> Path:
+        """The driver's virtual-device conf files (``vdev<N>.conf``)."""
+        return self.root / "etc" / "vdev"
+
+    def vdev_conf(self, vdev_id: int) -> Path:
+        return self.vdev_dir / f"vdev{vdev_id}.conf"
 
     @property
     def ops_log(self) -> Path:
@@ -252,7 +286,8 @@ class SimNode:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def ops(self) -> list[str]:
-        """Every GI/CI create/destroy so far, in order (``destroy_ci card=0 gi=3 ci=0``...)."""
+        """Every GI/CI/vdev create/destroy (and vdev update) so far, in order
+        (``destroy_ci card=0 gi=3 ci=0``, ``create_vdev card=0 vdev=2 cus=20 mem_mib=16384``...)."""
         try:
             text = self.ops_log.read_text()
         except FileNotFoundError:
@@ -263,6 +298,7 @@ class SimNode:
         with self.locked():
             mode_text = _read(self.sim_dir / "mode").strip() or "0"
             inst = _read(self.sim_dir / "instances")
+            vdevs = _read(self.sim_dir / "vdevs")
             faults = [ln for ln in _read(self.sim_dir / "faults").splitlines() if ln]
         status = Status(
             model=self.model.name,
@@ -282,15 +318,21 @@ class SimNode:
             elif parts and parts[0] == "ci":
                 card, gid, cid, pid = (int(x) for x in parts[1:5])
                 status.compute_instances.append(ComputeInstanceState(card, gid, cid, pid, parts[6]))
+        status.vdevs = _parse_vdevs(vdevs)
         return status
 
     def reboot(self) -> None:
         """Instances and the whole registry directory vanish; the mode is kept, and with the
         mode on the driver recreates the registry as it comes up: ``dev<N>``, ``gi/``, ``ci/``
-        and no instance entries."""
+        and no instance entries. Virtual devices vanish too, and the conf files of the vdevs
+        that were live are removed (other files under ``etc/vdev`` stay)."""
         with self.locked():
-            with contextlib.suppress(FileNotFoundError):
-                (self.sim_dir / "instances").unlink()
+            for vdev in _parse_vdevs(_read(self.sim_dir / "vdevs")):
+                with contextlib.suppress(FileNotFoundError):
+                    self.vdev_conf(vdev.id).unlink()
+            for name in ("instances", "vdevs"):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.sim_dir / name).unlink()
             shutil.rmtree(self.registry_dir, ignore_errors=True)
             if (_read(self.sim_dir / "mode").strip() or "0") == "1":
                 self._create_registry()
@@ -308,12 +350,17 @@ class SimNode:
             path = self.sim_dir / "faults"
             _write_atomic(path, _read(path) + line + "\n")
 
-    def fail_next(self, op: str, count: int = 1, code: int = 999) -> None:
-        """The next ``count`` library calls of ``op`` fail with ``code``."""
-        if op not in FAULT_OPS:
-            raise SimNodeError(f"unknown fault op {op!r}; choose one of {', '.join(FAULT_OPS)}")
+    def fail_next(self, op: str, count: int = 1, code: int | None = None) -> None:
+        """The next ``count`` library calls of ``op`` fail with ``code`` (default: 999 for the
+        MIG library's ops, see ``DEFAULT_FAULT_CODES`` for the vdev ones)."""
+        if op not in DEFAULT_FAULT_CODES:
+            raise SimNodeError(
+                f"unknown fault op {op!r}; choose one of {', '.join(DEFAULT_FAULT_CODES)}"
+            )
         if count < 1:
             raise SimNodeError("count must be at least 1")
+        if code is None:
+            code = DEFAULT_FAULT_CODES[op]
         self._append_fault(f"fail {op} {count} {code}")
 
     def make_unreachable(self, card: int, code: int = 999) -> None:
@@ -347,6 +394,17 @@ def _read(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+def _parse_vdevs(text: str) -> list[VDevState]:
+    """``ROOT/.sim/vdevs``: ``vdev <id> <card> <cus> <mem_mib> <pipe> <mask lo> <mask hi>``."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 8 and parts[0] == "vdev":
+            vid, card, cus, mem, pipe = (int(x) for x in parts[1:6])
+            out.append(VDevState(vid, card, cus, mem, pipe, (int(parts[6], 16), int(parts[7], 16))))
+    return sorted(out, key=lambda v: v.id)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -433,8 +491,9 @@ def init(
     hyhal = base / "opt" / "hyhal"
     (hyhal / "lib").mkdir(parents=True)
     (hyhal / "bin").mkdir()
-    # Marker only: the container runtime needs the file to exist (docs/dev/hardware.md).
-    (hyhal / "lib" / "libhydmi.so").write_text("simulated hyhal runtime marker\n")
+    # The virtual-device library; the container runtime also needs this name to exist
+    # (docs/dev/hardware.md).
+    (hyhal / "lib" / "libhydmi.so").symlink_to(DMI_LIB_PATH)
     (hyhal / "lib" / "libhydmi_mig.so.1").symlink_to(LIB_PATH)
     (hyhal / "lib" / "libhydmi_mig.so").symlink_to("libhydmi_mig.so.1")
     (hyhal / "bin" / "hy-smi").symlink_to(HY_SMI_PATH)
@@ -482,7 +541,8 @@ def _parser() -> argparse.ArgumentParser:
         help="driver installed without virtualization: no profiles",
     )
     p_reboot = sub.add_parser(
-        "reboot", help="instances vanish, mode kept; mode on: the registry is recreated empty"
+        "reboot",
+        help="instances and vdevs vanish, mode kept; mode on: the registry is recreated empty",
     )
     p_reboot.add_argument("root")
     p_status = sub.add_parser("status", help="print the node's state")
@@ -491,9 +551,9 @@ def _parser() -> argparse.ArgumentParser:
     p_fault.add_argument("root")
     kinds = p_fault.add_subparsers(dest="kind", required=True)
     k_fail = kinds.add_parser("fail", help="fail the next COUNT calls of OP")
-    k_fail.add_argument("op", choices=FAULT_OPS)
+    k_fail.add_argument("op", choices=list(DEFAULT_FAULT_CODES))
     k_fail.add_argument("count", type=int)
-    k_fail.add_argument("--code", type=int, default=999)
+    k_fail.add_argument("--code", type=int, default=None, help="default: depends on OP")
     k_unreach = kinds.add_parser("unreachable", help="card K unreachable by PCI, queries fail")
     k_unreach.add_argument("card", type=int)
     k_unreach.add_argument("--code", type=int, default=999)
@@ -539,6 +599,11 @@ def _print_status(status: Status) -> None:
         print(
             f"compute_instance card={ci.card} gi={ci.gpu_instance_id} id={ci.id} "
             f"profile={ci.profile_id} uuid={ci.uuid}"
+        )
+    for v in status.vdevs:
+        print(
+            f"vdev id={v.id} card={v.card} cus={v.cu_count} mem_mib={v.mem_mib} "
+            f"pipe={v.pipe_id} cu_mask=0x{v.cu_mask[0]:016x},0x{v.cu_mask[1]:016x}"
         )
     for fault in status.faults:
         print(f"fault: {fault}")

@@ -3,14 +3,19 @@
  * The driver ("kernel") state comes from HYDMI_SIM_KERNEL_FD (a ROOT/.sim directory fd that
  * minirun passes through the chroot) or HYDMI_SIM_ROOT/.sim. Everything else comes from the
  * probe's own filesystem view: /dev/kfd, /dev/mkfd, /dev/dri/{card,renderD}N, /opt/hyhal and
- * /etc/dmi_mig_config/ci by absolute path. HYDMI_PROBE_VIEW=DIR prefixes those paths (tests that
- * cannot use minirun); HYDMI_PROBE_DEV, HYDMI_PROBE_REGISTRY and HYDMI_PROBE_HYHAL replace /dev,
- * /etc/dmi_mig_config and /opt/hyhal one by one.
+ * /etc/dmi_mig_config/ci and /etc/vdev/docker by absolute path. HYDMI_PROBE_VIEW=DIR prefixes those
+ * paths (tests that cannot use minirun); HYDMI_PROBE_DEV, HYDMI_PROBE_REGISTRY, HYDMI_PROBE_HYHAL
+ * and HYDMI_PROBE_VDEV replace /dev, /etc/dmi_mig_config, /opt/hyhal and /etc/vdev one by one.
+ *
+ * A process given the directory /etc/vdev/docker is a virtual-device ("vdev") workload: it sees
+ * the slice of the first `vdev<N>.conf` there whose `vdev_id` is N and whose text is what the
+ * driver wrote for live vdev N, or nothing (docs/dev/hardware.md, "Logical slices").
  *
  * Output (stdout), one line per visible device, then exit 0:
  *   device <n> kind=card pci=<pci> cu_count=<cus> memory_mib=<mib>
  *   device <n> kind=partition pci=<pci> cu_count=<cus> memory_mib=<mib> mig_uuid=<uuid>
  *              gpu_instance_id=<g> compute_instance_id=<c>          (one line)
+ *   device <n> kind=vdev pci=<pci> cu_count=<cus> memory_mib=<mib> vdev_id=<N> card=<index>
  * or exactly `No HIP GPUs are available` and exit 1.
  * `--hold`: after printing, keep the device files and the conf file open until stdin closes. */
 #define _GNU_SOURCE
@@ -38,6 +43,7 @@ static const struct {
     {"/dev", "HYDMI_PROBE_DEV"},
     {"/etc/dmi_mig_config", "HYDMI_PROBE_REGISTRY"},
     {"/opt/hyhal", "HYDMI_PROBE_HYHAL"},
+    {"/etc/vdev", "HYDMI_PROBE_VDEV"},
 };
 
 static void view_path(const char *abs, char *out, size_t len)
@@ -171,6 +177,91 @@ static int probe_partitions(sim_ctx *ctx)
     return shown;
 }
 
+/* The unsigned value of the first `key: value` line; -1 when absent or not a number. */
+static int conf_uint(const char *body, const char *key, unsigned *out)
+{
+    size_t klen = strlen(key);
+    for (const char *line = body; *line;) {
+        if (!strncmp(line, key, klen) && line[klen] == ':') {
+            char *end;
+            const char *v = line + klen + 1;
+            while (*v == ' ')
+                v++;
+            if (*v < '0' || *v > '9')
+                return -1;
+            unsigned long x = strtoul(v, &end, 10);
+            if (*end != '\n' && *end != '\0')
+                return -1;
+            *out = (unsigned)x;
+            return 0;
+        }
+        const char *nl = strchr(line, '\n');
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
+    return -1;
+}
+
+static int by_number(const void *a, const void *b)
+{
+    unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+    return x < y ? -1 : (x > y);
+}
+
+/* A vdev workload: the conf files it was given under /etc/vdev/docker (lowest N first). */
+static int probe_vdevs(sim_ctx *ctx, const char *dir)
+{
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, by_name);
+    if (n < 0)
+        return 0;
+    unsigned ids[256], nids = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned id;
+        char canon[64];
+        if (nids < sizeof(ids) / sizeof(ids[0]) &&
+            sscanf(names[i]->d_name, "vdev%u.conf", &id) == 1) {
+            snprintf(canon, sizeof(canon), "vdev%u.conf", id);
+            if (!strcmp(canon, names[i]->d_name))
+                ids[nids++] = id;
+        }
+        free(names[i]);
+    }
+    free(names);
+    qsort(ids, nids, sizeof(ids[0]), by_number);
+    for (unsigned i = 0; i < nids; i++) {
+        char path[PATH_MAX + 64], body[4096], expect[512];
+        struct stat st;
+        unsigned conf_id;
+        int fd = -1;
+        snprintf(path, sizeof(path), "%s/vdev%u.conf", dir, ids[i]);
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+            read_all(path, body, sizeof(body), &fd) != 0)
+            continue;
+        /* Empty or unparseable, or naming another vdev than its file name: not a slice. */
+        const sim_vdev *v = NULL;
+        int ok = conf_uint(body, "vdev_id", &conf_id) == 0 && conf_id == ids[i];
+        if (ok)
+            v = sim_find_vdev(ctx, conf_id);
+        ok = ok && v && v->card < ctx->node.ncards && card_reachable(ctx, v->card) &&
+             sim_render_vdev_conf(ctx, v, expect, sizeof(expect)) == 0 && !strcmp(body, expect) &&
+             card_nodes(&ctx->node.cards[v->card]);
+        if (!ok) {
+            close(fd);
+            continue;
+        }
+        printf("device 0 kind=vdev pci=%s cu_count=%u memory_mib=%llu vdev_id=%u card=%u\n",
+               ctx->node.cards[v->card].pci, v->cu_count, v->mem_mib, v->id, v->card);
+        if (nheld < sizeof(held_fds) / sizeof(held_fds[0]))
+            held_fds[nheld++] = fd;
+        else
+            close(fd);
+        return 1; /* one slice per process (assumption, as for partitions) */
+    }
+    return 0;
+}
+
 static int probe_cards(sim_ctx *ctx)
 {
     int shown = 0;
@@ -203,12 +294,19 @@ int main(int argc, char **argv)
     }
     unsigned mode = ctx->mode;
     int shown = 0;
-    char lib[PATH_MAX];
+    char lib[PATH_MAX], vdev_dir[PATH_MAX];
+    struct stat st;
     view_path("/opt/hyhal/lib/libhydmi.so", lib, sizeof(lib));
-    if (access(lib, R_OK) != 0) {
+    view_path("/etc/vdev/docker", vdev_dir, sizeof(vdev_dir));
+    /* The name must exist (lstat): on the host it links to build/libhydmi.so, which a container
+     * does not see, and the probe never loads it. */
+    if (lstat(lib, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode))) {
         puts("open hydmilib:libhydmi.so error"); /* measured runtime message */
     } else if (open_node("/dev/kfd") == 0 && open_node("/dev/mkfd") == 0) {
-        shown = mode ? probe_partitions(ctx) : probe_cards(ctx);
+        if (stat(vdev_dir, &st) == 0 && S_ISDIR(st.st_mode))
+            shown = probe_vdevs(ctx, vdev_dir);
+        else
+            shown = mode ? probe_partitions(ctx) : probe_cards(ctx);
     }
     sim_close(ctx);
     free(ctx);

@@ -1,7 +1,9 @@
-/* hy-smi: the parts of the vendor CLI the product depends on, driving libhydmi_mig.so.1 the way
- * a vendor tool would (dlopen, RTLD_LOCAL). Messages marked "measured" are the vendor's own;
- * every other message is ours and documented as such in README.md. */
+/* hy-smi: the parts of the vendor CLI the product depends on, driving libhydmi_mig.so.1 (and,
+ * for `virtual`, libhydmi.so) the way a vendor tool would (dlopen, RTLD_LOCAL). Messages marked
+ * "measured" or "fact" are the vendor's own; every other message is ours and documented as such
+ * in README.md. */
 #define _GNU_SOURCE
+#include "dmi_types.h"
 #include "hydmi_types.h"
 
 #include <dlfcn.h>
@@ -17,6 +19,9 @@
     "Error: Set system level mig mode failed. The device is exist and may be in use." /* measured */
 #define MSG_INSTANCES "Error: Set system level mig mode failed. GPU instances still exist." /* ours */
 #define MSG_BAD_ARGS "Invlaid arguments" /* measured, including the vendor's spelling */
+#define MSG_VDEVS "Error: Set system level mig mode failed. Virtual devices still exist." /* ours */
+#define MSG_VCREATED "The virtual device is created successfully!" /* docs/dev/hardware.md */
+#define MSG_VDESTROYED "The virtual device is destroyed successfully!" /* ours */
 
 #define MAX_ITEMS 32
 
@@ -52,27 +57,66 @@ static const char *err_text(nvmlReturn_t rc)
     }
 }
 
-static int load_library(void)
+/* `env` names an override; otherwise `name` next to this executable. */
+static void *open_library(const char *env, const char *name, int quiet)
 {
-    const char *path = getenv("HYDMI_SIM_LIB");
+    const char *path = getenv(env);
     char buf[PATH_MAX];
     if (!path || !*path) {
         ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 32);
         if (n <= 0)
-            return -1;
+            return NULL;
         buf[n] = '\0';
         char *slash = strrchr(buf, '/');
         if (!slash)
-            return -1;
-        strcpy(slash + 1, "libhydmi_mig.so.1");
+            return NULL;
+        strcpy(slash + 1, name);
         path = buf;
     }
-    lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h && !quiet)
         fprintf(stderr, "Error: cannot load the management library %s: %s\n", path, dlerror());
-        return -1;
+    return h;
+}
+
+static int load_library(void)
+{
+    lib = open_library("HYDMI_SIM_LIB", "libhydmi_mig.so.1", 0);
+    return lib ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ libhydmi.so ------------ */
+static void *dmilib;
+
+static void *dmi_sym(const char *name)
+{
+    void *p = dlsym(dmilib, name);
+    if (!p) {
+        fprintf(stderr, "Error: %s not found in the virtual-device library\n", name);
+        exit(3);
     }
-    return 0;
+    return p;
+}
+
+#define DCALL(name, ...) ((dmiStatus(*)())dmi_sym(#name))(__VA_ARGS__)
+
+static const char *dmi_text(dmiStatus rc)
+{
+    const char *text = NULL;
+    if (DCALL(dmiGetStatusString, rc, &text) != DMI_STATUS_SUCCESS || !text)
+        return "Unknown error";
+    return text;
+}
+
+/* Live virtual devices on the node, or -1 when libhydmi.so cannot say. */
+static int vdev_count(void)
+{
+    if (!dmilib)
+        dmilib = open_library("HYDMI_SIM_DMI_LIB", "libhydmi.so", 1);
+    int n = 0;
+    if (!dmilib || DCALL(dmiGetVDeviceCount, &n) != DMI_STATUS_SUCCESS)
+        return -1;
+    return n;
 }
 
 /* Simulator fault hook (simnode fault hysmi-output): ROOT/.sim/hysmi_fault holds
@@ -167,6 +211,11 @@ static int set_mode(unsigned mode)
         return injected;
     if (mode == HYDMI_MIG_DISABLE && total_gpu_instances() > 0) {
         puts(MSG_INSTANCES);
+        return 1;
+    }
+    /* The library refuses too (IN_USE); asking first lets the message name the reason. */
+    if (mode == HYDMI_MIG_ENABLE && vdev_count() > 0) {
+        puts(MSG_VDEVS);
         return 1;
     }
     nvmlReturn_t status = 0;
@@ -550,6 +599,168 @@ bad:
     return 1;
 }
 
+/* ------------------------------------------------------------------ virtual subcommands --- */
+static int parse_list(const char *s, int *out, int max)
+{
+    char buf[1024];
+    int n = 0;
+    snprintf(buf, sizeof(buf), "%s", s);
+    if (!*buf || buf[strlen(buf) - 1] == ',')
+        return -1;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (n >= max || parse_uint(tok, &out[n]) != 0)
+            return -1;
+        n++;
+    }
+    return n;
+}
+
+static int dmi_device_count(int *n)
+{
+    dmiStatus rc = DCALL(dmiGetDeviceCount, n);
+    if (rc != DMI_STATUS_SUCCESS) {
+        printf("Error: Query device failed. %s\n", dmi_text(rc));
+        return -1;
+    }
+    return 0;
+}
+
+static void print_info(const char *title, int index, const dmiDeviceInfo *info)
+{
+    printf("%s %d:\n", title, index);
+    printf("    Actual Device: %d\n", info->device_id);
+    printf("    Compute units: %d\n", info->compute_unit_count);
+    printf("    Global memory: %zu bytes\n", info->global_mem_size);
+}
+
+static int show_devices(void)
+{
+    int n;
+    if (dmi_device_count(&n) != 0)
+        return 1;
+    for (int i = 0; i < n; i++) {
+        dmiDeviceInfo info;
+        dmiStatus rc = DCALL(dmiGetDeviceInfo, i, &info);
+        if (rc != DMI_STATUS_SUCCESS) {
+            printf("Error: Query device %d failed. %s\n", i, dmi_text(rc));
+            return 1;
+        }
+        print_info("Device", i, &info);
+    }
+    return 0;
+}
+
+/* Every live vdev by id (ids are node-global, 0 .. cards * per-card maximum - 1). */
+static int show_vdevices(void)
+{
+    int n, per_card = 0;
+    if (dmi_device_count(&n) != 0)
+        return 1;
+    dmiStatus rc = DCALL(dmiGetMaxVDeviceCount, &per_card);
+    if (rc != DMI_STATUS_SUCCESS) {
+        printf("Error: Query virtual device failed. %s\n", dmi_text(rc));
+        return 1;
+    }
+    for (int id = 0; id < n * per_card; id++) {
+        dmiDeviceInfo info;
+        rc = DCALL(dmiGetVDeviceInfo, id, &info);
+        if (rc == DMI_STATUS_VDEV_NOT_EXIST)
+            continue;
+        if (rc != DMI_STATUS_SUCCESS) {
+            printf("Error: Query virtual device %d failed. %s\n", id, dmi_text(rc));
+            return 1;
+        }
+        print_info("Virtual Device", id, &info);
+    }
+    return 0;
+}
+
+static int destroy_vdevices(int card)
+{
+    int first = card, last = card;
+    if (card < 0) {
+        int n;
+        if (dmi_device_count(&n) != 0)
+            return 1;
+        first = 0;
+        last = n - 1;
+    }
+    int failed = 0;
+    for (int c = first; c <= last; c++) {
+        dmiStatus rc = DCALL(dmiDestroyVDevices, c);
+        if (rc != DMI_STATUS_SUCCESS) {
+            printf("Error: Destroy virtual device failed on device %d. %s\n", c, dmi_text(rc));
+            failed = 1;
+        }
+    }
+    if (!failed)
+        puts(MSG_VDESTROYED);
+    return failed;
+}
+
+static int virtual_command(int argc, char **argv)
+{
+    int show_dev = 0, show_vdev = 0, destroy = 0, create = -1, card = -1;
+    int cus[MAX_ITEMS], mem[MAX_ITEMS], ncus = -1, nmem = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *o = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(o, "-show-device-info")) {
+            show_dev = 1;
+        } else if (!strcmp(o, "-show-vdevice-info")) {
+            show_vdev = 1;
+        } else if (!strcmp(o, "-destroy-vdevice")) {
+            destroy = 1;
+        } else if (!strcmp(o, "-create-vdevices")) {
+            if (!v || parse_uint(v, &create) != 0 || create < 1)
+                goto bad;
+            i++;
+        } else if (!strcmp(o, "-d")) {
+            if (!v || parse_uint(v, &card) != 0)
+                goto bad;
+            i++;
+        } else if (!strcmp(o, "-vdevice-compute-units")) {
+            if (!v || (ncus = parse_list(v, cus, MAX_ITEMS)) < 0)
+                goto bad;
+            i++;
+        } else if (!strcmp(o, "-vdevice-memory-size")) {
+            if (!v || (nmem = parse_list(v, mem, MAX_ITEMS)) < 0)
+                goto bad;
+            i++;
+        } else {
+            goto bad;
+        }
+    }
+    if (show_dev + show_vdev + destroy + (create > 0) != 1)
+        goto bad;
+    if (create < 0 && (ncus >= 0 || nmem >= 0))
+        goto bad;
+    if ((show_dev || show_vdev) && card >= 0)
+        goto bad;
+    dmilib = open_library("HYDMI_SIM_DMI_LIB", "libhydmi.so", 0);
+    if (!dmilib)
+        return 2;
+    if (show_dev)
+        return show_devices();
+    if (show_vdev)
+        return show_vdevices();
+    if (destroy)
+        return destroy_vdevices(card);
+    if (card < 0 || ncus != create || nmem != create)
+        goto bad;
+    dmiStatus rc = DCALL(dmiCreateVDevices, card, create, cus, mem);
+    if (rc != DMI_STATUS_SUCCESS) {
+        printf("Error: Create virtual device failed. %s\n", dmi_text(rc));
+        return 1;
+    }
+    puts(MSG_VCREATED);
+    return 0;
+bad:
+    puts(MSG_BAD_ARGS);
+    return 1;
+}
+
 static int summary(void)
 {
     unsigned cur = 0, pend = 0;
@@ -576,6 +787,8 @@ static int summary(void)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "virtual"))
+        return virtual_command(argc - 2, argv + 2); /* needs libhydmi.so only */
     if (load_library() != 0)
         return 2;
     if (argc >= 2 && !strcmp(argv[1], "mig"))

@@ -257,6 +257,10 @@ EXPORT nvmlReturn_t nvmlSetSystemMigMode(unsigned int mode, nvmlReturn_t *activa
         rc = SIM_ERROR_IN_USE;
     else if (mode == HYDMI_MIG_DISABLE && any_gi(ctx))
         rc = SIM_ERROR_IN_USE;
+    /* Assumption (docs/dev/hardware.md, "Logical slices"): no source says whether live virtual
+     * devices (libhydmi.so) block the switch; fail closed. */
+    else if (mode == HYDMI_MIG_ENABLE && ctx->nvdevs > 0)
+        rc = SIM_ERROR_IN_USE;
     else
         rc = sim_take_fault(ctx, "set_mode");
     if (rc == SIM_SUCCESS) {

@@ -1,5 +1,6 @@
 /* Shared internals of the simulated Hygon node: the "driver" state kept under ROOT/.sim/.
- * Used by the library (libhydmi_mig.so.1) and by dcu-probe; hy-smi only talks to the library. */
+ * Used by both libraries (libhydmi_mig.so.1, libhydmi.so) and by dcu-probe; hy-smi only talks
+ * to the libraries. */
 #ifndef HYDMI_SIM_H
 #define HYDMI_SIM_H
 
@@ -32,6 +33,11 @@ enum {
 #define SIM_MAX_GIS 512
 #define SIM_MAX_FAULTS 16
 #define SIM_UUID_LEN 36
+/* Virtual devices (libhydmi.so, docs/dev/hardware.md "Logical slices"). */
+#define SIM_VDEVS_PER_CARD 4
+#define SIM_MAX_VDEVS (SIM_MAX_CARDS * SIM_VDEVS_PER_CARD)
+#define SIM_VDEV_PIPES 20
+#define SIM_MAX_CUS 128
 
 typedef struct {
     unsigned id;
@@ -83,6 +89,16 @@ typedef struct {
     char uuid[SIM_UUID_LEN + 1];
 } sim_ci;
 
+/* A live virtual device (ROOT/.sim/vdevs, driver memory like the instances). */
+typedef struct {
+    unsigned id;              /* node-global, 0 .. cards*4-1 */
+    unsigned card;
+    unsigned cu_count;
+    unsigned long long mem_mib;
+    unsigned pipe_id;
+    unsigned long long cu_mask[2]; /* low word, high word */
+} sim_vdev;
+
 /* Live instances: driver memory, gone on reboot (ROOT/.sim/instances). */
 typedef struct {
     unsigned long long next_serial;
@@ -114,6 +130,8 @@ typedef struct {
     sim_node node;
     unsigned mode;
     sim_instances inst;
+    unsigned nvdevs;
+    sim_vdev vdevs[SIM_MAX_VDEVS];
     sim_faults faults;
     int faults_dirty;
 } sim_ctx;
@@ -121,7 +139,7 @@ typedef struct {
 /* Opens the node named by HYDMI_SIM_ROOT (or an inherited kernel fd when kernel_fd >= 0),
  * takes the node lock (exclusive or shared) and loads all state. Returns an NVML code. */
 int sim_open(sim_ctx *ctx, int exclusive, int kernel_fd);
-/* Writes instances, mode and faults back atomically. */
+/* Writes instances, vdevs, mode and faults back atomically. */
 int sim_commit(sim_ctx *ctx);
 void sim_close(sim_ctx *ctx);
 
@@ -143,9 +161,16 @@ int sim_render_gi_conf(const sim_ctx *ctx, const sim_gi *gi, char *out, size_t l
 int sim_registry_ensure(const sim_ctx *ctx);
 int sim_registry_remove(const sim_ctx *ctx);
 int sim_write_file(const char *path, const char *content);
+int sim_mkdir_p(const char *path);
 int sim_remove_tree(const char *path);
 void sim_ops_log(const sim_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sim_new_uuid(char out[SIM_UUID_LEN + 1]);
+
+/* Virtual devices: ROOT/etc/vdev/vdev<N>.conf, the driver's conf file of vdev N. */
+void sim_vdev_dir(const sim_ctx *ctx, char *out, size_t len);
+int sim_vdev_conf_path(const sim_ctx *ctx, unsigned id, char *out, size_t len);
+int sim_render_vdev_conf(const sim_ctx *ctx, const sim_vdev *v, char *out, size_t len);
+sim_vdev *sim_find_vdev(sim_ctx *ctx, unsigned id);
 
 /* Real /proc scan: does any process have `path` open (by path string or by inode)? */
 int sim_path_held(const char *path);

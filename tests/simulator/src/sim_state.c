@@ -124,6 +124,23 @@ static void load_instances(sim_ctx *ctx)
     fclose(f);
 }
 
+/* `vdev <id> <card> <cus> <mem_mib> <pipe> <mask low> <mask high>` per live vdev. */
+static void load_vdevs(sim_ctx *ctx)
+{
+    ctx->nvdevs = 0;
+    FILE *f = open_at(ctx->simfd, "vdevs");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof(line), f) && ctx->nvdevs < SIM_MAX_VDEVS) {
+        sim_vdev *v = &ctx->vdevs[ctx->nvdevs];
+        if (sscanf(line, "vdev %u %u %u %llu %u %llx %llx", &v->id, &v->card, &v->cu_count,
+                   &v->mem_mib, &v->pipe_id, &v->cu_mask[0], &v->cu_mask[1]) == 7)
+            ctx->nvdevs++;
+    }
+    fclose(f);
+}
+
 static void load_faults(sim_ctx *ctx)
 {
     sim_faults *fl = &ctx->faults;
@@ -215,6 +232,7 @@ int sim_open(sim_ctx *ctx, int exclusive, int kernel_fd)
     }
     load_mode(ctx);
     load_instances(ctx);
+    load_vdevs(ctx);
     load_faults(ctx);
     if (ctx->faults.driver_code != 0) {
         rc = ctx->faults.driver_code;
@@ -253,6 +271,17 @@ static int commit_into(sim_ctx *ctx, char *buf, size_t buf_len)
                                 c->gi_id, c->id, c->profile_id, c->serial, c->uuid);
     }
     if (write_at(ctx->simfd, "instances", buf) != 0)
+        return SIM_ERROR_UNKNOWN;
+    off = 0;
+    buf[0] = '\0';
+    for (unsigned i = 0; i < ctx->nvdevs; i++) {
+        const sim_vdev *v = &ctx->vdevs[i];
+        off += (size_t)snprintf(buf + off, buf_len - off,
+                                "vdev %u %u %u %llu %u %016llx %016llx\n", v->id, v->card,
+                                v->cu_count, v->mem_mib, v->pipe_id, v->cu_mask[0],
+                                v->cu_mask[1]);
+    }
+    if (write_at(ctx->simfd, "vdevs", buf) != 0)
         return SIM_ERROR_UNKNOWN;
     char mode[16];
     snprintf(mode, sizeof(mode), "%u\n", ctx->mode);
@@ -403,7 +432,7 @@ int sim_write_file(const char *path, const char *content)
     return 0;
 }
 
-static int mkdir_p(const char *path)
+int sim_mkdir_p(const char *path)
 {
     char buf[PATH_MAX];
     snprintf(buf, sizeof(buf), "%s", path);
@@ -426,10 +455,10 @@ int sim_registry_ensure(const sim_ctx *ctx)
     char dir[PATH_MAX], path[PATH_MAX + 64];
     sim_registry_dir(ctx, dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/gi", dir);
-    if (mkdir_p(path) != 0)
+    if (sim_mkdir_p(path) != 0)
         return -1;
     snprintf(path, sizeof(path), "%s/ci", dir);
-    if (mkdir_p(path) != 0)
+    if (sim_mkdir_p(path) != 0)
         return -1;
     for (unsigned i = 0; i < ctx->node.ncards; i++) {
         char line[64];
@@ -471,6 +500,45 @@ int sim_registry_remove(const sim_ctx *ctx)
     char dir[PATH_MAX];
     sim_registry_dir(ctx, dir, sizeof(dir));
     return sim_remove_tree(dir);
+}
+
+void sim_vdev_dir(const sim_ctx *ctx, char *out, size_t len)
+{
+    snprintf(out, len, "%s/etc/vdev", ctx->root);
+}
+
+int sim_vdev_conf_path(const sim_ctx *ctx, unsigned id, char *out, size_t len)
+{
+    int n = snprintf(out, len, "%s/etc/vdev/vdev%u.conf", ctx->root, id);
+    return (n < 0 || (size_t)n >= len) ? -1 : 0;
+}
+
+/* The driver's conf file of one vdev: nine `key: value` lines in a fixed order
+ * (docs/dev/hardware.md, "Logical slices"). */
+int sim_render_vdev_conf(const sim_ctx *ctx, const sim_vdev *v, char *out, size_t len)
+{
+    const char *pci = v->card < ctx->node.ncards ? ctx->node.cards[v->card].pci : "";
+    int n = snprintf(out, len,
+                     "PciBusId: %s\n"
+                     "cu_mask: 0x%016llx\n"
+                     "cu_mask: 0x%016llx\n"
+                     "cu_count: %u\n"
+                     "mem: %llu MiB\n"
+                     "device_id: %u\n"
+                     "vdev_id: %u\n"
+                     "pipe_id: %u\n"
+                     "enable: 1\n",
+                     pci, v->cu_mask[0], v->cu_mask[1], v->cu_count, v->mem_mib, v->card, v->id,
+                     v->pipe_id);
+    return (n < 0 || (size_t)n >= len) ? -1 : 0;
+}
+
+sim_vdev *sim_find_vdev(sim_ctx *ctx, unsigned id)
+{
+    for (unsigned i = 0; i < ctx->nvdevs; i++)
+        if (ctx->vdevs[i].id == id)
+            return &ctx->vdevs[i];
+    return NULL;
 }
 
 void sim_ops_log(const sim_ctx *ctx, const char *fmt, ...)

@@ -373,3 +373,263 @@ def test_minirun_accepts_protobuf_json_names(sim_node: simnode.SimNode, tmp_path
     }
     shown = devices(minirun(sim_node, camel, tmp_path, "dcu-probe").stdout)
     assert [d[5] for d in shown] == [uuid]
+
+
+# ------------------------------------------------------------------ virtual devices ---------
+VDEV_LINE = re.compile(
+    r"^device 0 kind=vdev pci=(\S+) cu_count=(\d+) memory_mib=(\d+) vdev_id=(\d+) card=(\d+)$"
+)
+
+
+def vcreate(
+    node: simnode.SimNode, card: int, cus: str, mem: str
+) -> subprocess.CompletedProcess[str]:
+    count = str(len(cus.split(",")))
+    return hy_smi(
+        node,
+        "virtual",
+        "-create-vdevices",
+        count,
+        "-d",
+        str(card),
+        "-vdevice-compute-units",
+        cus,
+        "-vdevice-memory-size",
+        mem,
+    )
+
+
+def make_vdevs(node: simnode.SimNode, card: int, cus: str, mem: str) -> None:
+    result = vcreate(node, card, cus, mem)
+    assert result.returncode == 0, result.stdout
+
+
+def vdev_of(stdout: str) -> tuple[str, ...]:
+    (line,) = stdout.splitlines()
+    match = VDEV_LINE.match(line)
+    assert match, f"unparseable probe line {line!r}"
+    return match.groups()
+
+
+def vdev_env(node: simnode.SimNode, container_etc_vdev: Path) -> dict[str, str]:
+    """The host's device view, with ``container_etc_vdev`` as the probe's /etc/vdev."""
+    env = node.env({"PATH": os.environ.get("PATH", "")})
+    env["HYDMI_PROBE_VIEW"] = str(node.root)
+    env["HYDMI_PROBE_VDEV"] = str(container_etc_vdev)
+    return env
+
+
+def probe_vdev(node: simnode.SimNode, container_etc_vdev: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(simnode.PROBE_PATH)],
+        capture_output=True,
+        text=True,
+        env=vdev_env(node, container_etc_vdev),
+        check=False,
+        timeout=60,
+    )
+
+
+def given(container_etc_vdev: Path, name: str) -> Path:
+    docker = container_etc_vdev / "docker"
+    docker.mkdir(parents=True, exist_ok=True)
+    return docker / name
+
+
+def test_vdev_conf_shows_exactly_that_slice(sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    make_vdevs(sim_node, 1, "20,30", "16384,1000")
+    inside = tmp_path / "etc-vdev"
+    os.link(sim_node.vdev_conf(1), given(inside, "vdev1.conf"))  # what a bind mount gives
+    result = probe_vdev(sim_node, inside)
+    assert result.returncode == 0
+    assert vdev_of(result.stdout) == ("0000:0c:00.0", "30", "1000", "1", "1")
+
+
+def test_vdev_found_under_the_plain_view_too(sim_node: simnode.SimNode) -> None:
+    make_vdevs(sim_node, 0, "8", "512")
+    docker = sim_node.vdev_dir / "docker"
+    docker.mkdir()
+    (docker / "vdev0.conf").write_text(sim_node.vdev_conf(0).read_text())  # a faithful copy
+    result = probe_view(sim_node)
+    assert vdev_of(result.stdout) == ("0000:09:00.0", "8", "512", "0", "0")
+
+
+def test_vdev_id_must_match_the_file_name(sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    make_vdevs(sim_node, 0, "10,10", "10,10")
+    inside = tmp_path / "etc-vdev"
+    given(inside, "vdev1.conf").write_text(sim_node.vdev_conf(0).read_text())
+    result = probe_vdev(sim_node, inside)
+    assert (result.returncode, result.stdout) == (1, NONE)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        None,  # the directory is there, no conf in it
+        "",
+        "garbage\n",
+        "vdev_id: zero\n",
+        "DIR",  # a directory on the conf's name (a runtime's missing bind source)
+    ],
+)
+def test_missing_empty_or_unparseable_conf_shows_nothing(
+    sim_node: simnode.SimNode, tmp_path: Path, content: str | None
+) -> None:
+    make_vdevs(sim_node, 0, "10", "10")
+    inside = tmp_path / "etc-vdev"
+    conf = given(inside, "vdev0.conf")
+    if content == "DIR":
+        conf.mkdir()
+    elif content is not None:
+        conf.write_text(content)
+    result = probe_vdev(sim_node, inside)
+    assert (result.returncode, result.stdout) == (1, NONE)
+
+
+def test_modified_stray_or_dead_conf_shows_nothing(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    inside = tmp_path / "etc-vdev"
+    # A crash half-way leaves a conf the driver never recorded.
+    sim_node.fail_next("vdev_create_crash")
+    assert vcreate(sim_node, 0, "10", "10").returncode == 1
+    os.link(sim_node.vdev_conf(0), given(inside, "vdev0.conf"))
+    assert probe_vdev(sim_node, inside).stdout == NONE
+    # A live vdev whose conf text was changed.
+    given(inside, "vdev0.conf").unlink()
+    make_vdevs(sim_node, 0, "10", "10")
+    given(inside, "vdev0.conf").write_text(sim_node.vdev_conf(0).read_text() + "\n")
+    assert probe_vdev(sim_node, inside).stdout == NONE
+    # A faithful copy of a conf whose vdev has been destroyed since.
+    given(inside, "vdev0.conf").write_text(sim_node.vdev_conf(0).read_text())
+    assert vdev_of(probe_vdev(sim_node, inside).stdout)[3] == "0"
+    assert hy_smi(sim_node, "virtual", "-destroy-vdevice").returncode == 0
+    assert probe_vdev(sim_node, inside).stdout == NONE
+
+
+def test_vdev_needs_its_cards_device_nodes(sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    make_vdevs(sim_node, 1, "10", "10")
+    inside = tmp_path / "etc-vdev"
+    os.link(sim_node.vdev_conf(0), given(inside, "vdev0.conf"))
+    sim_node.render_node(0).unlink()  # another card's node: irrelevant
+    assert vdev_of(probe_vdev(sim_node, inside).stdout)[4] == "1"
+    sim_node.render_node(1).unlink()
+    assert probe_vdev(sim_node, inside).stdout == NONE
+
+
+def test_vdev_on_an_unreachable_card_shows_nothing(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    make_vdevs(sim_node, 1, "10", "10")
+    inside = tmp_path / "etc-vdev"
+    os.link(sim_node.vdev_conf(0), given(inside, "vdev0.conf"))
+    sim_node.make_unreachable(0)
+    assert vdev_of(probe_vdev(sim_node, inside).stdout)[4] == "1"
+    sim_node.make_unreachable(1)
+    assert probe_vdev(sim_node, inside).stdout == NONE
+
+
+def test_one_slice_per_process_lowest_id_first(sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    make_vdevs(sim_node, 0, "10,10,10", "10,10,10")
+    inside = tmp_path / "etc-vdev"
+    for vid in (2, 1):  # vdev2 and vdev1: sorted by number, not by name
+        os.link(sim_node.vdev_conf(vid), given(inside, f"vdev{vid}.conf"))
+    assert vdev_of(probe_vdev(sim_node, inside).stdout)[3] == "1"
+
+
+def test_probe_holding_the_vdev_conf_blocks_destroy_and_update(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    make_vdevs(sim_node, 0, "10", "10")
+    inside = tmp_path / "etc-vdev"
+    os.link(sim_node.vdev_conf(0), given(inside, "vdev0.conf"))
+    workload = subprocess.Popen(
+        [str(simnode.PROBE_PATH), "--hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=vdev_env(sim_node, inside),
+    )
+    try:
+        assert workload.stdout is not None
+        assert "kind=vdev" in workload.stdout.readline()
+        busy = hy_smi(sim_node, "virtual", "-d", "0", "-destroy-vdevice")
+        assert busy.returncode == 1 and "Device busy" in busy.stdout
+        assert [v.id for v in sim_node.status().vdevs] == [0]
+    finally:
+        workload.communicate(input="", timeout=60)
+    assert hy_smi(sim_node, "virtual", "-d", "0", "-destroy-vdevice").returncode == 0
+
+
+def vdev_allocate(node: simnode.SimNode, card: int, conf: Path, inside_name: str) -> dict[str, Any]:
+    spec = allocate_response(node, card, [], {})
+    spec["mounts"].append(
+        {
+            "container_path": f"/etc/vdev/docker/{inside_name}",
+            "host_path": str(conf),
+            "read_only": True,
+        }
+    )
+    return spec
+
+
+@needs_root
+def test_vdev_container_sees_its_slice(sim_node: simnode.SimNode, tmp_path: Path) -> None:
+    make_vdevs(sim_node, 1, "20,40", "100,200")
+    spec = vdev_allocate(sim_node, 1, sim_node.vdev_conf(1), "vdev1.conf")
+    result = minirun(sim_node, spec, tmp_path, "dcu-probe")
+    assert result.returncode == 0, result.stderr
+    assert vdev_of(result.stdout) == ("0000:0c:00.0", "40", "200", "1", "1")
+    # Inside, /opt/hyhal/lib/libhydmi.so is a link into build/, which the container does not
+    # see: the probe asks only that the name exists.
+    lib = "/opt/hyhal/lib/libhydmi.so"
+    dangling = minirun(sim_node, spec, tmp_path, "sh", "-c", f"test -L {lib} && ! test -e {lib}")
+    assert dangling.returncode == 0
+
+
+@needs_root
+def test_vdev_conf_under_another_number_is_refused(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    make_vdevs(sim_node, 0, "20,40", "100,200")
+    spec = vdev_allocate(sim_node, 0, sim_node.vdev_conf(0), "vdev1.conf")
+    result = minirun(sim_node, spec, tmp_path, "dcu-probe")
+    assert (result.returncode, result.stdout) == (1, NONE)
+
+
+@needs_root
+def test_vdev_container_holding_its_conf_blocks_destroy(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    make_vdevs(sim_node, 0, "20", "100")
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(
+        json.dumps(vdev_allocate(sim_node, 0, sim_node.vdev_conf(0), "vdev0.conf"))
+    )
+    workload = subprocess.Popen(
+        [str(simnode.MINIRUN_PATH), str(spec_path), "dcu-probe", "--hold"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=sim_node.env(),
+    )
+    try:
+        assert workload.stdout is not None
+        assert "kind=vdev" in workload.stdout.readline()
+        # Held from another mount namespace, through a bind mount: same inode, still busy.
+        busy = hy_smi(sim_node, "virtual", "-destroy-vdevice")
+        assert busy.returncode == 1 and "Device busy" in busy.stdout
+    finally:
+        workload.communicate(input="", timeout=60)
+    assert hy_smi(sim_node, "virtual", "-destroy-vdevice").returncode == 0
+
+
+@needs_root
+def test_missing_vdev_conf_source_shows_nothing_and_poisons_that_id(
+    sim_node: simnode.SimNode, tmp_path: Path
+) -> None:
+    spec = vdev_allocate(sim_node, 0, sim_node.vdev_conf(0), "vdev0.conf")
+    assert minirun(sim_node, spec, tmp_path, "dcu-probe").stdout == NONE
+    assert sim_node.vdev_conf(0).is_dir()  # the runtime made the missing source a directory
+    failed = vcreate(sim_node, 0, "1", "1")
+    assert failed.returncode == 1 and "File error" in failed.stdout

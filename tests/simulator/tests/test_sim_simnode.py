@@ -57,7 +57,9 @@ def test_init_lays_out_a_fresh_node(sim_build: object, tmp_path: Path) -> None:
     assert (drm / "renderD130" / "dev").read_text() == "226:130\n"
     assert (root / "sys" / "class" / "drm" / "renderD130" / "dev").read_text() == "226:130\n"
     assert (drm.parent / "vendor").read_text() == "0x1d94\n"
-    assert (root / "opt" / "hyhal" / "lib" / "libhydmi.so").is_file()
+    dmi = root / "opt" / "hyhal" / "lib" / "libhydmi.so"
+    assert dmi.is_symlink() and dmi.resolve() == simnode.DMI_LIB_PATH.resolve()
+    assert dmi.is_file()  # the build exists: the link resolves on the host
     assert (root / "opt" / "dtk").is_dir()
     assert not node.registry_dir.exists()
     status = node.status()
@@ -153,7 +155,7 @@ def test_build_is_strict_about_warnings(sim_build: object) -> None:
         ["make", "-B", "-n", "-C", str(simnode.HERE)], capture_output=True, text=True, check=True
     ).stdout.replace("\\\n", " ")
     compiles = [line for line in dry.splitlines() if "-o build/" in line]
-    assert len(compiles) == 3
+    assert len(compiles) == 4  # libhydmi_mig.so.1, libhydmi.so, hy-smi, dcu-probe
     for line in compiles:
         assert " -Wall " in line and " -Wextra " in line and " -Werror " in line
 
@@ -173,3 +175,77 @@ def test_hold_command_is_a_real_holder(sim_node: simnode.SimNode) -> None:
         holder.communicate(input="", timeout=60)
     assert holder.returncode == 0
     assert hy_smi(sim_node, "-mig", "1").returncode == 0
+
+
+def vcreate(node: simnode.SimNode, card: int, cus: str, mem: str) -> int:
+    return hy_smi(
+        node,
+        "virtual",
+        "-create-vdevices",
+        str(len(cus.split(","))),
+        "-d",
+        str(card),
+        "-vdevice-compute-units",
+        cus,
+        "-vdevice-memory-size",
+        mem,
+    ).returncode
+
+
+def test_status_lists_vdevs(sim_node: simnode.SimNode) -> None:
+    assert vcreate(sim_node, 1, "20,30", "16384,1000") == 0
+    lines = run_simnode("status", str(sim_node.root)).stdout.splitlines()
+    assert [line for line in lines if line.startswith("vdev ")] == [
+        "vdev id=0 card=1 cus=20 mem_mib=16384 pipe=0 cu_mask=0x00000000000fffff,0x" + "0" * 16,
+        "vdev id=1 card=1 cus=30 mem_mib=1000 pipe=1 cu_mask=0x0003fffffff00000,0x" + "0" * 16,
+    ]
+
+
+def test_reboot_command_drops_vdevs_and_their_conf_files(sim_node: simnode.SimNode) -> None:
+    assert vcreate(sim_node, 0, "10,10", "10,10") == 0
+    (sim_node.vdev_dir / "docker").mkdir()
+    assert run_simnode("reboot", str(sim_node.root)).returncode == 0
+    assert sim_node.status().vdevs == []
+    assert [p.name for p in sim_node.vdev_dir.iterdir()] == ["docker"]
+    assert "vdev " not in run_simnode("status", str(sim_node.root)).stdout
+    assert sim_node.status().mode == 0
+    assert hy_smi(sim_node, "-mig", "1").returncode == 0  # nothing blocks the switch any more
+
+
+def test_vdev_fault_commands(sim_node: simnode.SimNode) -> None:
+    root = str(sim_node.root)
+    assert run_simnode("fault", root, "fail", "vdev_create", "1", "--code", "11").returncode == 0
+    assert "fault: fail vdev_create 1 11" in run_simnode("status", root).stdout
+    assert vcreate(sim_node, 0, "1", "1") == 1
+    assert run_simnode("fault", root, "fail", "vdev_create_crash", "1").returncode == 0
+    assert "fault: fail vdev_create_crash 1 8" in run_simnode("status", root).stdout
+    assert vcreate(sim_node, 0, "1", "1") == 1
+    assert sim_node.vdev_conf(0).is_file() and sim_node.status().vdevs == []
+    assert vcreate(sim_node, 0, "1", "1") == 0
+    assert run_simnode("fault", root, "fail", "vdev_destroy", "2").returncode == 0
+    assert "fault: fail vdev_destroy 2 9" in run_simnode("status", root).stdout
+    failed = hy_smi(sim_node, "virtual", "-destroy-vdevice")
+    assert failed.returncode == 1
+    assert "Virtual device destruction failed" in failed.stdout
+    assert run_simnode("fault", root, "clear").returncode == 0
+    assert hy_smi(sim_node, "virtual", "-destroy-vdevice").returncode == 0
+    assert sim_node.status().vdevs == []
+    bad = run_simnode("fault", root, "fail", "vdev_explode", "1")
+    assert bad.returncode != 0
+
+
+def test_fail_next_default_codes(sim_node: simnode.SimNode) -> None:
+    for op in (*simnode.FAULT_OPS, *simnode.VDEV_FAULT_OPS):
+        sim_node.fail_next(op)
+    codes = {line.split()[1]: int(line.split()[3]) for line in sim_node.status().faults}
+    assert codes == {
+        "gi_create": 999,
+        "ci_create": 999,
+        "gi_destroy": 999,
+        "ci_destroy": 999,
+        "set_mode": 999,
+        "vdev_create": 8,
+        "vdev_create_crash": 8,
+        "vdev_destroy": 9,
+        "vdev_update": 1,
+    }

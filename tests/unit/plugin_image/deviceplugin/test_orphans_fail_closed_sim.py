@@ -171,7 +171,7 @@ def test_a_one_off_read_error_destroys_no_live_partition(
     scene: Scene, monkeypatch: pytest.MonkeyPatch, failing_read: int
 ) -> None:
     # The n-th read of pod a's conf file fails once (EIO), whichever step of the pass does it.
-    real_read = registry_module._read_file_at
+    real_read = registry_module.read_file_at
     reads = [0]
     name = scene.conf.name
 
@@ -182,7 +182,7 @@ def test_a_one_off_read_error_destroys_no_live_partition(
                 raise OSError(errno.EIO, "Input/output error")
         return real_read(directory_fd, entry)
 
-    monkeypatch.setattr(registry_module, "_read_file_at", flaky)
+    monkeypatch.setattr(registry_module, "read_file_at", flaky)
     scene.harness.reclaimer.run_pass()
     assert reads[0] >= failing_read
     survivors = scene.gpu_instances()

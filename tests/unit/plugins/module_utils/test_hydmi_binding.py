@@ -30,6 +30,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import (
     profile_name,
 )
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from ansible_collections.hygon.dcu.plugins.module_utils.shared_library import library_candidates
 
 COLLECTIONS = Path(__file__).resolve().parents[4] / ".venv" / "collections"
 
@@ -116,7 +117,7 @@ def test_falls_back_to_dtk_lib(sim_node: SimNode) -> None:
 
 
 def test_search_order() -> None:
-    assert hydmi.library_candidates("/h") == [
+    assert library_candidates(hydmi.LIBRARY_NAMES, "/h") == [
         "libhydmi_mig.so.1",
         "libhydmi_mig.so",
         "/h/opt/hyhal/lib/libhydmi_mig.so.1",
@@ -124,7 +125,7 @@ def test_search_order() -> None:
         "/h/opt/dtk/lib/libhydmi_mig.so.1",
         "/h/opt/dtk/lib/libhydmi_mig.so",
     ]
-    assert hydmi.library_candidates("/", "/x/lib.so") == ["/x/lib.so"]
+    assert library_candidates(hydmi.LIBRARY_NAMES, "/", "/x/lib.so") == ["/x/lib.so"]
 
 
 def test_explicit_path_is_the_only_candidate(sim_node: SimNode, sim_build: SimBuild) -> None:

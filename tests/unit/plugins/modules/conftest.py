@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -94,6 +96,32 @@ def run_module_as() -> Callable[..., dict[str, Any]]:
         _pid, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, out
         result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    return run
+
+
+COLLECTIONS = Path(__file__).resolve().parents[4] / ".venv" / "collections"
+
+
+@pytest.fixture
+def run_module_fresh(tmp_path: Path) -> ModuleRunner:
+    """``run_module_fresh(module, args, check_mode=False)``: the module run as ansible-core runs
+    it, in a new interpreter, for what a loaded library would hide in this process (dlopen
+    answers a later request by soname once a library with that soname is loaded)."""
+
+    def run(module: ModuleType, args: dict[str, Any], check_mode: bool = False) -> dict[str, Any]:
+        arguments = tmp_path / f"{module.__name__.rsplit('.', 1)[-1]}-args.json"
+        payload = dict(args, _ansible_check_mode=check_mode)
+        arguments.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": payload}))
+        completed = subprocess.run(
+            [sys.executable, "-m", module.__name__, str(arguments)],
+            env={**os.environ, "PYTHONPATH": str(COLLECTIONS), "LD_LIBRARY_PATH": ""},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
         return result
 
     return run

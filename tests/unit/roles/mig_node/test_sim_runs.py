@@ -165,6 +165,103 @@ def test_an_instance_held_during_disable_is_reported_and_kept(
     assert [ci.uuid for ci in sim_node.status().compute_instances] == [instance.uuid]
 
 
+def test_enable_destroys_leftover_slices_before_the_switch_and_check_mode_predicts_it(
+    sim_node: simnode.SimNode,
+) -> None:
+    for card, cus, mib in ((0, "20,20", "16384,8192"), (1, "40", "32768")):
+        hy_smi(
+            sim_node,
+            "virtual",
+            "-create-vdevices",
+            str(len(cus.split(","))),
+            "-d",
+            str(card),
+            "-vdevice-compute-units",
+            cus,
+            "-vdevice-memory-size",
+            mib,
+        )
+    assert len(sim_node.status().vdevs) == 3
+
+    check = run_playbook("enable_mig", "--check", extra_vars=node_vars(sim_node))
+    assert check.returncode == 0, check.output
+    assert task_result(check, "Destroy every logical slice on the node").startswith("changed:")
+    # The slices are still there in check mode, so mig_mode would refuse: the run has
+    # predicted its change already and skips it, as it does for instances.
+    assert task_result(check, "Switch the partition mode with hy-smi").startswith("skipping:")
+    assert len(sim_node.status().vdevs) == 3 and sim_node.status().mode == 0
+
+    real = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
+    assert real.returncode == 0, real.output
+    assert task_result(real, "Destroy every logical slice on the node").startswith("changed:")
+    assert task_result(real, "Switch the partition mode with hy-smi").startswith("changed:")
+    assert sim_node.status().vdevs == [] and sim_node.status().mode == 1
+    assert not (sim_node.root / "etc/vdev/vdev0.conf").exists()
+    stats = real.output.split("CUSTOM STATS:", 1)[1]
+    assert "logical slices destroyed" in stats
+
+    again = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
+    assert again.returncode == 0 and again.changed == 0, again.output
+
+
+def test_a_slice_held_during_enable_is_reported_and_kept_and_nothing_switched(
+    sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]
+) -> None:
+    hy_smi(
+        sim_node,
+        "virtual",
+        "-create-vdevices",
+        "1",
+        "-d",
+        "1",
+        "-vdevice-compute-units",
+        "40",
+        "-vdevice-memory-size",
+        "32768",
+    )
+    (vdev,) = sim_node.status().vdevs
+    holder = kfd_holder(sim_node.root / f"etc/vdev/vdev{vdev.id}.conf")
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node, hygon_dcu_instances_timeout=2))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "stage 'destroy logical slices' failed" in message
+    assert f"vdev {vdev.id} on card 1 (40 CUs, 32768 MiB" in message
+    assert "still in use after 2 s" in message
+    assert "1 logical slice(s) remain" in message
+    assert "NODE STATE: partition mode disabled" in message
+    assert "The mode is consistent" in message
+    assert [v.id for v in sim_node.status().vdevs] == [vdev.id]
+    assert sim_node.status().mode == 0
+    holder.release()
+
+
+def test_slices_that_cannot_be_listed_are_refused_in_preflight(sim_node: simnode.SimNode) -> None:
+    hy_smi(
+        sim_node,
+        "virtual",
+        "-create-vdevices",
+        "1",
+        "-d",
+        "0",
+        "-vdevice-compute-units",
+        "20",
+        "-vdevice-memory-size",
+        "16384",
+    )
+    (sim_node.root / "opt/hyhal/lib/libhydmi.so").unlink()
+
+    run = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
+
+    assert run.returncode != 0
+    message = final_failure(run)
+    assert "the logical slices cannot be listed (" in message
+    assert "LIBRARY_NOT_FOUND" in message and "/etc/vdev/vdev0.conf exist" in message
+    assert "Nothing was changed" in message
+    assert sim_node.status().mode == 0 and len(sim_node.status().vdevs) == 1
+
+
 def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
     sim_node: simnode.SimNode,
 ) -> None:
