@@ -15,8 +15,11 @@ the rules about where a container sits in its pod, where Kubernetes leaves room:
   attributed to one container.
 - Ephemeral containers may not have resources at all (the API server refuses them); a
   ``hygon.com/`` resource on one is refused here too in case it ever gets that far.
-- A whole card (or ``hygon.com/dcu.sliced``) anywhere in a pod where a container holds a
-  partition is refused: the pod could never be scheduled.
+- Logical slices (``hygon.com/dcu.sliced``) likewise only in app containers, one per
+  container (``parse_container``); whole cards and slices may sit in different containers of
+  one pod (a node with the mode off serves both).
+- A whole card or a slice anywhere in a pod where a container holds a partition is refused:
+  the pod could never be scheduled.
 - A request by size that no profile any node publishes can cover (``offered``, from the
   geometry Leases: ``webhook/offered.py``) is refused: it could never be placed. Without that
   evidence (``offered`` None or empty) the size is not checked against the nodes.
@@ -43,11 +46,12 @@ from hygon_dcu_plugin.request import (
     SizeRequest,
     Violation,
     is_partition,
+    is_slice,
     mixed_with_partitions,
     parse_container,
 )
 from hygon_dcu_plugin.shown import MAX_SHOWN_NAMES, listing, shorten, show_names
-from hygon_dcu_plugin.vocabulary import SLICED, VENDOR_PREFIX, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import VENDOR_PREFIX, WHOLE_CARD
 
 __all__ = ["Findings", "PodReading", "Violation", "check_pod", "read_pod"]
 
@@ -194,8 +198,20 @@ def _check_container(
             )
         return
     partitions = [name for name in vendor if is_partition(name)]
-    if not partitions:
+    slices = [name for name in vendor if is_slice(name)]
+    if not partitions and not slices:
         return
+    if container.kind in (_Kind.SIDECAR, _Kind.INIT) and slices:
+        yield Violation(
+            Reason.SLICE_IN_INIT_CONTAINER,
+            container.name,
+            f"{container.label} requests {show_names(slices)}: an init container's devices "
+            "are handed on to the app containers, so its slice cannot be attributed (and the "
+            "vendor gives slices to app containers only); request the slice in an app "
+            "container under spec.containers instead",
+        )
+        if not partitions:
+            return
     if container.kind is _Kind.SIDECAR:
         yield Violation(
             Reason.PARTITION_IN_SIDECAR,
@@ -235,7 +251,7 @@ def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:
     """``holders`` names the containers that hold a partition (at least one does)."""
     if container.kind is _Kind.APP and container.holds_partition():
         return  # its own request, read by parse_container, says so already
-    others = [name for name in container.vendor_resources() if name in (WHOLE_CARD, SLICED)]
+    others = [name for name in container.vendor_resources() if name == WHOLE_CARD or is_slice(name)]
     if not others:
         return
     if container.holds_partition():

@@ -15,6 +15,8 @@ strings, or whatever else a client sent). ``ContainerRequest`` is one of:
 - ``SizeRequest(memory_mib, min_cu)``: exactly one partition of at least that much DCU memory
   (and, when given, compute units); each node carves its smallest profile that covers both
   (``SizeRequest.smallest``);
+- ``SliceRequest(memory_mib, compute_units)``: exactly one logical slice of a card (the
+  vendor's virtual device) with that memory cap and, when given, that many compute units;
 - ``WholeCardRequest(count)``: whole cards (``hygon.com/dcu``) and no partition; ``count`` is
   None when the quantity is not a whole number (the API server refuses such pods);
 - ``NoPartitionRequest()``: nothing this plugin serves;
@@ -37,8 +39,12 @@ Decisions where Kubernetes leaves room:
   "1.0" and "1000m" are all one; "500m" is not a whole number and is refused with its own
   reason. (The API server stores and sends the canonical form, "1", so the other spellings
   reach us only from a client that bypasses it.)
-- A partition next to a whole card (or ``hygon.com/dcu.sliced``) in one container is refused:
-  a partitioned node serves only partitions.
+- A partition next to a whole card or a slice in one container is refused: a partitioned node
+  serves only partitions. A slice next to a whole card is refused too: a container gets whole
+  cards or one slice.
+- A slice names its memory: there is no default size, since a slice's memory is a cap the
+  workload lives under. Its compute units are optional (the node gives a slice without them
+  its card's compute units in proportion to its memory).
 
 Fail closed: every input, however malformed (a JSON list, 5,000 digits, "1e9999"), gives a
 verdict, never an exception; the work is linear in the number of resources and every message
@@ -61,6 +67,9 @@ from hygon_dcu_plugin.vocabulary import (
     MEMORY_MIB,
     PROFILE_PREFIX,
     SIZE_RESOURCES,
+    SLICE_COMPUTE_UNITS,
+    SLICE_MEMORY_MIB,
+    SLICE_SIZE_RESOURCES,
     SLICED,
     WHOLE_CARD,
     profile_resource,
@@ -78,14 +87,17 @@ __all__ = [
     "RefusedRequest",
     "SizeRequest",
     "SizedProfile",
+    "SliceRequest",
     "Violation",
     "WholeCardRequest",
     "is_partition",
+    "is_slice",
     "mixed_with_partitions",
     "parse_container",
 ]
 
 PARTITION_PREFIX = FAMILY + "."
+SLICE_PREFIX = SLICED + "."
 
 _EXAMPLE = f"{FAMILY}: 1 and {PROFILE_PREFIX}2g.15gb: 1"
 _SIZE_EXAMPLE = f"{FAMILY}: 1 and {MEMORY_MIB}: 16384"
@@ -93,6 +105,7 @@ _SIZE_EXAMPLE = f"{FAMILY}: 1 and {MEMORY_MIB}: 16384"
 MAX_MEMORY_MIB = 1 << 24  # 16 TiB
 MAX_COMPUTE_UNITS = 4096
 _ONE_PER_CONTAINER = "one partition per container; use one pod per partition"
+_SLICE_EXAMPLE = f"{SLICED}: 1 and {SLICE_MEMORY_MIB}: 16384"
 
 
 class Reason(StrEnum):
@@ -110,9 +123,14 @@ class Reason(StrEnum):
     SIZE_WITH_PROFILE = "size-with-profile"
     COMPUTE_UNITS_WITHOUT_MEMORY = "compute-units-without-memory"
     SIZE_OUT_OF_RANGE = "size-out-of-range"
+    UNKNOWN_SLICE_RESOURCE = "unknown-slice-resource"
+    SLICE_WITHOUT_MEMORY = "slice-without-memory"
+    SLICE_SIZE_WITHOUT_SLICE = "slice-size-without-slice"
+    SLICE_WITH_WHOLE_CARD = "slice-with-whole-card"
     # Where the container sits in its pod: pod_rules.
     PARTITION_IN_SIDECAR = "partition-in-sidecar"
     PARTITION_IN_INIT_CONTAINER = "partition-in-init-container"
+    SLICE_IN_INIT_CONTAINER = "slice-in-init-container"
     EPHEMERAL_CONTAINER_RESOURCE = "ephemeral-container-resource"
     # Whole cards next to a partition: in the container itself (parse_container) or in
     # another container of the pod (pod_rules).
@@ -203,6 +221,18 @@ class SizeRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class SliceRequest:
+    """Exactly one logical slice: a ``memory_mib`` MiB cap and, when set, ``compute_units``."""
+
+    memory_mib: int
+    compute_units: int | None = None
+
+    def describe(self) -> str:
+        cu = f" and {self.compute_units} compute units" if self.compute_units is not None else ""
+        return f"{self.memory_mib} MiB{cu}"
+
+
+@dataclass(frozen=True, slots=True)
 class WholeCardRequest:
     """Whole cards and no partition; ``count`` is None when not a whole number."""
 
@@ -235,13 +265,23 @@ class RefusedRequest:
 
 PartitionRequest: TypeAlias = ProfileRequest | SizeRequest
 ContainerRequest: TypeAlias = (
-    ProfileRequest | SizeRequest | WholeCardRequest | NoPartitionRequest | RefusedRequest
+    ProfileRequest
+    | SizeRequest
+    | SliceRequest
+    | WholeCardRequest
+    | NoPartitionRequest
+    | RefusedRequest
 )
 
 
 def is_partition(name: str) -> bool:
     """The family or any name under it (a profile, or an unknown name refused as such)."""
     return name == FAMILY or name.startswith(PARTITION_PREFIX)
+
+
+def is_slice(name: str) -> bool:
+    """The slice family or any name under it (a size, or an unknown name refused as such)."""
+    return name == SLICED or name.startswith(SLICE_PREFIX)
 
 
 def parse_container(
@@ -251,13 +291,18 @@ def parse_container(
     requests = {} if requests is None else requests
     names = sorted(key for key in {*limits, *requests} if isinstance(key, str))
     partitions = [key for key in names if is_partition(key)]
+    slices = [key for key in names if is_slice(key)]
+    label = f'container "{shorten(name)}"'
     if not partitions:
+        if slices:
+            return _slice_request(
+                name, label, limits, requests, slices, with_whole_card=WHOLE_CARD in names
+            )
         if WHOLE_CARD in limits:
             return WholeCardRequest(_whole(limits[WHOLE_CARD]))
         return NoPartitionRequest()
-    label = f'container "{shorten(name)}"'
     violations = list(_partition_violations(name, label, limits, requests, partitions))
-    others = [key for key in names if key in (WHOLE_CARD, SLICED)]
+    others = [key for key in names if key == WHOLE_CARD or is_slice(key)]
     if others:
         violations.append(
             mixed_with_partitions(name, label, others, "next to its own partition request")
@@ -272,6 +317,33 @@ def parse_container(
     # Otherwise the family and exactly one profile, each at exactly 1.
     (profile,) = (key for key in partitions if key != FAMILY)
     return ProfileRequest(profile[len(PROFILE_PREFIX) :])
+
+
+def _slice_request(
+    name: str,
+    label: str,
+    limits: Mapping[str, object],
+    requests: Mapping[str, object],
+    slices: list[str],
+    *,
+    with_whole_card: bool,
+) -> SliceRequest | RefusedRequest:
+    violations = list(_slice_violations(name, label, limits, requests, slices))
+    if with_whole_card:
+        violations.append(
+            Violation(
+                Reason.SLICE_WITH_WHOLE_CARD,
+                name,
+                f"{label} requests {WHOLE_CARD} next to a logical slice ({show_names(slices)}): "
+                "a container gets whole cards or one slice of a card, not both; keep one, e.g. "
+                f"{_SLICE_EXAMPLE}",
+            )
+        )
+    if violations:
+        return RefusedRequest(tuple(violations))
+    # No violation leaves the slice at 1 and a memory size (and maybe compute units) in range.
+    cu = _whole(limits[SLICE_COMPUTE_UNITS]) if SLICE_COMPUTE_UNITS in limits else None
+    return SliceRequest(_whole(limits[SLICE_MEMORY_MIB]) or 0, cu)
 
 
 def mixed_with_partitions(
@@ -298,7 +370,71 @@ def _size_hint(resource: str) -> str:
     """What a size resource counts, with an example."""
     if resource == MEMORY_MIB:
         return f"memory in MiB, e.g. {_SIZE_EXAMPLE}"
+    if resource == SLICE_MEMORY_MIB:
+        return f"memory in MiB, e.g. {_SLICE_EXAMPLE}"
+    if resource == SLICE_COMPUTE_UNITS:
+        return f"compute units, e.g. {SLICE_COMPUTE_UNITS}: 16 next to a {SLICE_MEMORY_MIB}"
     return f"compute units, e.g. {COMPUTE_UNITS}: 16 next to a {MEMORY_MIB}"
+
+
+def _in_range(name: str, label: str, resource: str, amount: int) -> Iterator[Violation]:
+    """A size outside 1..its bound: far above any card, so only nonsense is refused."""
+    bound = MAX_MEMORY_MIB if resource in (MEMORY_MIB, SLICE_MEMORY_MIB) else MAX_COMPUTE_UNITS
+    if not 1 <= amount <= bound:
+        yield Violation(
+            Reason.SIZE_OUT_OF_RANGE,
+            name,
+            f"{label} requests {resource}: {amount}; it must be 1..{bound} "
+            f"({_size_hint(resource)})",
+        )
+
+
+def _slice_violations(
+    name: str,
+    label: str,
+    limits: Mapping[str, object],
+    requests: Mapping[str, object],
+    slices: list[str],
+) -> Iterator[Violation]:
+    amounts: dict[str, int] = {}
+    for resource in slices:
+        amount = yield from _amount(name, label, limits, requests, resource)
+        if amount is not None:
+            amounts[resource] = amount
+    sizes = [key for key in slices if key in SLICE_SIZE_RESOURCES]
+    for resource in slices:
+        if resource != SLICED and resource not in sizes:
+            yield Violation(
+                Reason.UNKNOWN_SLICE_RESOURCE,
+                name,
+                f"{label} requests {shorten(resource)}, which is not a slice resource: a slice "
+                f"is {SLICED}: 1 with {SLICE_MEMORY_MIB} and optionally {SLICE_COMPUTE_UNITS}",
+            )
+    for resource in sizes:
+        if resource in amounts:
+            yield from _in_range(name, label, resource, amounts[resource])
+    if amounts.get(SLICED, 1) != 1:
+        yield Violation(
+            Reason.QUANTITY_NOT_ONE,
+            name,
+            f"{label} requests {SLICED}: {amounts[SLICED]}; one slice per container (set it "
+            "to 1 and give each slice its own container)",
+        )
+    if SLICED in slices and SLICE_MEMORY_MIB not in slices:
+        yield Violation(
+            Reason.SLICE_WITHOUT_MEMORY,
+            name,
+            f"{label} requests {SLICED} without its memory: add {SLICE_MEMORY_MIB}, e.g. "
+            f"{_SLICE_EXAMPLE} (a slice's memory is a cap its workload lives under, so it has "
+            "no default)",
+        )
+    if sizes and SLICED not in slices:
+        yield Violation(
+            Reason.SLICE_SIZE_WITHOUT_SLICE,
+            name,
+            f"{label} requests {show_names(sizes)} without {SLICED}: add {SLICED}: 1 next to "
+            "it (the slice is what the node allocates)",
+        )
 
 
 def _partition_violations(
@@ -327,14 +463,8 @@ def _partition_violations(
             f"profile resources are named {PROFILE_PREFIX}<profile>; request {_EXAMPLE}",
         )
     for resource in sizes:
-        bound = MAX_MEMORY_MIB if resource == MEMORY_MIB else MAX_COMPUTE_UNITS
-        if resource in amounts and not 1 <= amounts[resource] <= bound:
-            yield Violation(
-                Reason.SIZE_OUT_OF_RANGE,
-                name,
-                f"{label} requests {resource}: {amounts[resource]}; it must be 1..{bound} "
-                f"({_size_hint(resource)})",
-            )
+        if resource in amounts:
+            yield from _in_range(name, label, resource, amounts[resource])
     for resource, amount in amounts.items():
         if amount != 1 and resource not in unknown and resource not in sizes:
             yield Violation(
@@ -392,7 +522,7 @@ def _amount(
     """Yields what is wrong with the quantity of ``resource``; returns it (limits first)."""
     values: dict[str, int] = {}
     # A size is a whole number of its unit; every other partition resource is counted at 1.
-    if resource in SIZE_RESOURCES:
+    if resource in SIZE_RESOURCES or resource in SLICE_SIZE_RESOURCES:
         whole_fix = f"sizes are whole numbers; {_size_hint(resource)}"
         equal_fix = "set both to the same size"
     else:

@@ -9,8 +9,12 @@ import hashlib
 
 VENDOR_PREFIX = "hygon.com/"
 WHOLE_CARD = VENDOR_PREFIX + "dcu"
-# Never served here; listed so nobody reuses the name for something else.
-SLICED = "hygon.com/dcu.sliced"
+# A logical slice of a card (the vendor's virtual device) on a node with the mode off: the
+# family at 1 plus its memory in MiB, and optionally its compute units (request.py).
+SLICED = VENDOR_PREFIX + "dcu.sliced"
+SLICE_MEMORY_MIB = SLICED + ".memory-mib"
+SLICE_COMPUTE_UNITS = SLICED + ".compute-units"
+SLICE_SIZE_RESOURCES = (SLICE_MEMORY_MIB, SLICE_COMPUTE_UNITS)
 FAMILY = "hygon.com/dcu.partitioned"
 PROFILE_PREFIX = FAMILY + ".mig-"
 

@@ -58,7 +58,6 @@ def test_a_profile() -> None:
         ({WHOLE: "lots"}, WholeCardRequest(None)),
         ({}, NoPartitionRequest()),
         ({"cpu": "1", "nvidia.com/gpu": "1"}, NoPartitionRequest()),
-        ({SLICED: "1"}, NoPartitionRequest()),
         ({"hygon.com/nic": "1"}, NoPartitionRequest()),
     ],
 )

@@ -22,6 +22,9 @@ SLICED = "hygon.com/dcu.sliced"
 MEMORY_MIB = FAMILY + ".memory-mib"
 COMPUTE_UNITS = FAMILY + ".compute-units"
 PARTITION = {FAMILY: "1", P2G: "1"}
+SLICE_MEMORY_MIB = SLICED + ".memory-mib"
+SLICE_COMPUTE_UNITS = SLICED + ".compute-units"
+SLICE = {SLICED: "1", SLICE_MEMORY_MIB: "16384"}
 
 
 def container(
@@ -105,7 +108,13 @@ CASES: list[Case] = [
         pod(container("a", PARTITION), container("b", {FAMILY: "1", P4G: "1"})),
     ),
     Case("whole-card-only", pod(container("app", {WHOLE: "2"}))),
-    Case("sliced-only", pod(container("app", {SLICED: "1"}))),
+    Case("slice", pod(container("app", SLICE))),
+    Case("slice-with-compute-units", pod(container("app", {**SLICE, SLICE_COMPUTE_UNITS: "20"}))),
+    Case(
+        "slice-and-whole-card-in-two-containers",
+        pod(container("app", SLICE), container("render", {WHOLE: "1"})),
+    ),
+    Case("two-containers-one-slice-each", pod(container("a", SLICE), container("b", SLICE))),
     Case("unrelated-hygon-resource", pod(container("app", {"hygon.com/nic": "1"}))),
     Case(
         "init-container-without-partition",
@@ -249,6 +258,51 @@ CASES: list[Case] = [
         "negative-quantity",
         pod(container("train", {FAMILY: "-1", P2G: "1"})),
         [(Reason.QUANTITY_NOT_ONE, "train")],
+    ),
+    Case(
+        "sliced-without-memory",
+        pod(container("app", {SLICED: "1"})),
+        [(Reason.SLICE_WITHOUT_MEMORY, "app")],
+    ),
+    Case(
+        "slice-memory-without-the-slice",
+        pod(container("app", {SLICE_MEMORY_MIB: "16384"})),
+        [(Reason.SLICE_SIZE_WITHOUT_SLICE, "app")],
+    ),
+    Case(
+        "two-slices-in-one-container",
+        pod(container("app", {**SLICE, SLICED: "2"})),
+        [(Reason.QUANTITY_NOT_ONE, "app")],
+    ),
+    Case(
+        "slice-next-to-a-whole-card",
+        pod(container("app", {**SLICE, WHOLE: "1"})),
+        [(Reason.SLICE_WITH_WHOLE_CARD, "app")],
+    ),
+    Case(
+        "unknown-slice-resource",
+        pod(container("app", {**SLICE, SLICED + ".cores": "20"})),
+        [(Reason.UNKNOWN_SLICE_RESOURCE, "app")],
+    ),
+    Case(
+        "slice-of-zero-compute-units",
+        pod(container("app", {**SLICE, SLICE_COMPUTE_UNITS: "0"})),
+        [(Reason.SIZE_OUT_OF_RANGE, "app")],
+    ),
+    Case(
+        "slice-in-init-container",
+        pod(container("app"), init=(container("warmup", SLICE),)),
+        [(Reason.SLICE_IN_INIT_CONTAINER, "warmup")],
+    ),
+    Case(
+        "slice-in-sidecar",
+        pod(container("app", SLICE), init=(sidecar("log", SLICE),)),
+        [(Reason.SLICE_IN_INIT_CONTAINER, "log")],
+    ),
+    Case(
+        "slice-next-to-a-partition-in-another-container",
+        pod(container("train", PARTITION), container("app", SLICE)),
+        [(Reason.MIXED_WITH_PARTITIONS, "app")],
     ),
     Case(
         "partition-in-requests-of-init-only",
