@@ -116,18 +116,36 @@ def _free_line(card: Mapping[str, Any], mode: Any) -> str:
     return f"  free placements{when}: {free or 'none (no profile reported)'}"
 
 
+def _slices_line(card: Mapping[str, Any]) -> str:
+    use = card["slice_use"]
+    slices = ", ".join(
+        f"{vdev['id']} ({vdev['compute_units']} CUs, {vdev['memory_mib']} MiB"
+        + (f"; conf: {vdev['conf_problem']}" if vdev["conf_problem"] else "")
+        + ")"
+        for vdev in card["logical_slices"]
+    )
+    return (
+        f"  logical slices: {slices or 'none'}; free {use['free_compute_units']} CUs, "
+        f"{use['free_memory_mib']} MiB"
+    )
+
+
 def fleet_node_lines(node: Mapping[str, Any], shown: int) -> list[str]:
     """The node's summary as the lines the run prints."""
     shown = int(shown)
     lines = [_mode_line(node, shown)]
     if node["library_error"]:
         lines.append(f"management library unusable: {node['library_error']}")
+    if node["slices_error"] and node["mode"] != "enabled":
+        lines.append(f"logical slices unknown: {node['slices_error']}")
     for card in node["cards"]:
         lines.append(_card_line(card))
         lines += [_partition_line(part, shown) for part in card["partitions"]]
         if not card["partitions"]:
             lines.append("  no partition")
         lines.append(_free_line(card, node["mode"]))
+        if node["mode"] != "enabled" and not node["slices_error"]:
+            lines.append(_slices_line(card))
     poison = node["poison"]
     lines.append(
         "poison directories: " + (f"{len(poison)}: {_cut(poison, shown)}" if poison else "none")

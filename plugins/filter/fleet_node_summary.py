@@ -110,8 +110,13 @@ _value:
         - Each card by index, with its partitions sorted by first slice (each with the pods it
           serves, sorted by namespace and name, or null without O(kubernetes)), its occupied
           slices and its free placements per profile.
+        - Its logical slices (C(logical_slices), by id: compute units, memory, conf problem) and
+          the compute units and memory they use and leave free (C(slice_use)).
       type: list
       elements: dict
+    slices_error:
+      description: Why the logical slices could not be read, null when they were.
+      type: str
     poison:
       description: The paths of the registry's poison directories, sorted.
       type: list
@@ -190,9 +195,30 @@ def _partition(
     }
 
 
+def _slice(vdev: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": vdev["id"],
+        "compute_units": vdev["compute_units"],
+        "memory_mib": vdev["memory_mib"],
+        "conf_problem": vdev["conf_problem"],
+    }
+
+
+def _slice_use(card: Mapping[str, Any], slices: list[dict[str, Any]]) -> dict[str, int]:
+    used_cus = sum(int(vdev["compute_units"]) for vdev in slices)
+    used_mib = sum(int(vdev["memory_mib"]) for vdev in slices)
+    return {
+        "used_compute_units": used_cus,
+        "free_compute_units": max(int(card["cu_count"] or 0) - used_cus, 0),
+        "used_memory_mib": used_mib,
+        "free_memory_mib": max(int(card["memory_mib"] or 0) - used_mib, 0),
+    }
+
+
 def _card(
     card: Mapping[str, Any],
     instances: Iterable[Mapping[str, Any]],
+    vdevs: Iterable[Mapping[str, Any]],
     grants: list[dict[str, Any]],
     kubernetes: bool,
 ) -> dict[str, Any]:
@@ -201,6 +227,10 @@ def _card(
         for instance in instances
         if instance["card"] == card["index"]
     ]
+    slices = sorted(
+        (_slice(vdev) for vdev in vdevs if vdev["card"] == card["index"]),
+        key=lambda vdev: vdev["id"],
+    )
     return {
         "index": card["index"],
         "pci": card["pci"],
@@ -213,6 +243,8 @@ def _card(
         "occupied_slices": card["occupied_slices"],
         "partitions": sorted(partitions, key=lambda part: (part["start"], part["gpu_instance_id"])),
         "free_placements": card["free_placements"],
+        "logical_slices": slices,
+        "slice_use": _slice_use(card, slices),
     }
 
 
@@ -249,6 +281,12 @@ def fleet_node_summary(
     grants = _grants(pods, annotation_prefix.removesuffix("."))
     plugin = [_plugin_pod(pod) for pod in plugin_pods]
     cards = sorted(mig_info["cards"], key=lambda card: card["index"])
+    # A node layer older than logical slices reports none; say so rather than show zero.
+    logical = mig_info.get("logical_slices") or {
+        "library": {"usable": False, "error": "not reported by this node's mig_info"},
+        "vdevs": [],
+    }
+    vdevs = logical["vdevs"]
     return {
         "host": host,
         "kubernetes": kubernetes,
@@ -260,7 +298,8 @@ def fleet_node_summary(
         "virtualization": mig_info["virtualization"],
         "library_error": None if mig_info["library"]["usable"] else mig_info["library"]["error"],
         "errors": mig_info["errors"],
-        "cards": [_card(card, mig_info["instances"], grants, kubernetes) for card in cards],
+        "cards": [_card(card, mig_info["instances"], vdevs, grants, kubernetes) for card in cards],
+        "slices_error": None if logical["library"]["usable"] else logical["library"]["error"],
         "poison": sorted((finding["path"] for finding in mig_info["poison"]), key=_fold),
         "plugin": {
             "state": _plugin_state(kubernetes, plugin),

@@ -21,6 +21,7 @@ def node(**more: Any) -> dict[str, Any]:
         "partitioned": True,
         "virtualization": True,
         "library_error": None,
+        "slices_error": None,
         "errors": [],
         "cards": [
             {
@@ -56,6 +57,13 @@ def node(**more: Any) -> dict[str, Any]:
                     },
                 ],
                 "free_placements": {"4g.31gb": [], "2g.15gb": ["1:1"], "Big": []},
+                "logical_slices": [],
+                "slice_use": {
+                    "used_compute_units": 0,
+                    "free_compute_units": 80,
+                    "used_memory_mib": 0,
+                    "free_memory_mib": 65520,
+                },
             }
         ],
         "poison": [],
@@ -113,14 +121,48 @@ def test_a_node_with_partitioning_off_and_a_card_that_fails() -> None:
     card = summary["cards"][0]
     card.update(pci=None, healthy=False, error="query failed", partitions=[], free_placements={})
 
-    assert fleet_node_lines(summary, 10)[:5] == [
-        "mode disabled (pending enabled), read from the library; device plugin: ready (dp-a)",
-        "management library unusable: no library",
-        "card 0 PCI address unknown (mode off), model not reported by the driver, 4 slices [#.##]"
-        " (80 CUs, 65520 MiB); FAILS QUERIES: query failed",
-        "  no partition",
-        "  free placements once partitioning is on: none (no profile reported)",
+    assert (
+        fleet_node_lines(summary, 10)[:5]
+        == [
+            "mode disabled (pending enabled), read from the library; device plugin: ready (dp-a)",
+            "management library unusable: no library",
+            "card 0 PCI address unknown (mode off), model not reported by the driver, 4 slices [#.##]"
+            " (80 CUs, 65520 MiB); FAILS QUERIES: query failed",
+            "  no partition",
+            "  free placements once partitioning is on: none (no profile reported)",
+            "  logical slices: none; free 80 CUs, 65520 MiB",
+        ][:5]
+    )
+
+
+def test_a_node_with_partitioning_off_lists_each_cards_slices_and_whats_free() -> None:
+    summary = node(mode="disabled", pending="disabled")
+    card = summary["cards"][0]
+    card.update(occupied_slices=[], partitions=[])
+    card["logical_slices"] = [
+        {"id": 0, "compute_units": 20, "memory_mib": 16384, "conf_problem": None},
+        {
+            "id": 2,
+            "compute_units": 30,
+            "memory_mib": 24576,
+            "conf_problem": "vdev2.conf is missing",
+        },
     ]
+    card["slice_use"] = {
+        "used_compute_units": 50,
+        "free_compute_units": 30,
+        "used_memory_mib": 40960,
+        "free_memory_mib": 24560,
+    }
+
+    assert fleet_node_lines(summary, 10)[-2] == (
+        "  logical slices: 0 (20 CUs, 16384 MiB), 2 (30 CUs, 24576 MiB; conf: vdev2.conf is "
+        "missing); free 30 CUs, 24560 MiB"
+    )
+    unknown = node(mode="disabled", pending="disabled", slices_error="libhydmi.so: not found")
+    lines = fleet_node_lines(unknown, 10)
+    assert "logical slices unknown: libhydmi.so: not found" in lines
+    assert not any(line.startswith("  logical slices:") for line in lines)
 
 
 def test_the_plugin_exposes_the_filter_by_its_name() -> None:

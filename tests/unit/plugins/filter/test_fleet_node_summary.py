@@ -67,6 +67,12 @@ def mig_info(**more: Any) -> dict[str, Any]:
         ],
         "findings": [],
         "errors": [],
+        "logical_slices": {
+            "library": {"path": "/opt/hyhal/lib/libhydmi.so", "usable": True, "error": None},
+            "vdevs": [],
+            "conf_paths": [],
+            "stray_confs": [],
+        },
     }
     info.update(more)
     return info
@@ -173,6 +179,7 @@ def test_the_node_facts_are_carried_over() -> None:
         "partitioned": True,
         "virtualization": True,
         "library_error": None,
+        "slices_error": None,
         "errors": ["card 2: query failed"],
         "poison": [
             "/etc/dmi_mig_config/ci/dev0gi9ci0.conf",
@@ -191,7 +198,54 @@ def test_the_node_facts_are_carried_over() -> None:
         "occupied_slices",
         "partitions",
         "free_placements",
+        "logical_slices",
+        "slice_use",
     ]
+
+
+def vdev(vdev_id: int, card_index: int, cus: int, mib: int) -> dict[str, Any]:
+    return {
+        "id": vdev_id,
+        "card": card_index,
+        "compute_units": cus,
+        "memory_mib": mib,
+        "conf_path": f"/etc/vdev/vdev{vdev_id}.conf",
+        "conf_problem": None,
+    }
+
+
+def test_each_card_lists_its_slices_and_what_they_use() -> None:
+    info = mig_info(
+        mode={"current": "disabled", "pending": "disabled", "source": "library", "error": None},
+        instances=[],
+    )
+    info["logical_slices"]["vdevs"] = [
+        vdev(4, 1, 40, 32768),
+        vdev(1, 0, 20, 16384),
+        vdev(0, 0, 30, 8192),
+    ]
+
+    first, second = summary(info)["cards"]
+
+    assert [s["id"] for s in first["logical_slices"]] == [0, 1]
+    assert first["slice_use"] == {
+        "used_compute_units": 50,
+        "free_compute_units": 30,
+        "used_memory_mib": 24576,
+        "free_memory_mib": 40944,
+    }
+    assert second["logical_slices"] == [
+        {"id": 4, "compute_units": 40, "memory_mib": 32768, "conf_problem": None}
+    ]
+
+
+def test_slices_that_cannot_be_read_are_said_so_not_shown_as_none() -> None:
+    info = mig_info()
+    info["logical_slices"]["library"] = {"path": None, "usable": False, "error": "no libhydmi.so"}
+    assert summary(info)["slices_error"] == "no libhydmi.so"
+    older = mig_info()
+    del older["logical_slices"]
+    assert summary(older)["slices_error"] == "not reported by this node's mig_info"
 
 
 def test_an_unusable_library_and_an_unread_mode_are_said_so() -> None:

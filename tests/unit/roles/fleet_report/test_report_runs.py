@@ -452,6 +452,49 @@ def test_without_kubernetes_the_pods_are_skipped_and_an_unchanged_fleet_rewrites
     ]
 
 
+def test_a_node_with_its_mode_off_shows_each_cards_slices_as_the_simulator_holds_them(
+    sim_build: Any, tmp_path: Path
+) -> None:
+    node = simnode.init(tmp_path / "a", model="c3000-bw", cards=2)
+    for card, cus, mib in ((0, "20,30", "16384,8192"), (1, "40", "32768")):
+        hy_smi(
+            node,
+            "virtual",
+            "-create-vdevices",
+            str(len(cus.split(","))),
+            "-d",
+            str(card),
+            "-vdevice-compute-units",
+            cus,
+            "-vdevice-memory-size",
+            mib,
+        )
+    inventory = write_inventory(
+        tmp_path / "inventory.yml", {"node-a": node}, hygon_dcu_manage_kubernetes="false"
+    )
+    report_dir = tmp_path / "out"
+
+    run = run_report(inventory, hygon_dcu_report_dir=str(report_dir))
+
+    assert run.returncode == 0, run.output
+    (reported,) = json.loads((report_dir / "fleet.json").read_text())["nodes"]
+    assert reported["slices_error"] is None
+    for card in reported["cards"]:
+        held = [v for v in node.status().vdevs if v.card == card["index"]]
+        assert [(s["id"], s["compute_units"], s["memory_mib"]) for s in card["logical_slices"]] == [
+            (v.id, v.cu_count, v.mem_mib) for v in sorted(held, key=lambda v: v.id)
+        ]
+        assert card["slice_use"]["free_compute_units"] == 80 - sum(v.cu_count for v in held)
+        assert card["slice_use"]["free_memory_mib"] == 65520 - sum(v.mem_mib for v in held)
+    assert (
+        "logical slices: 0 (20 CUs, 16384 MiB), 1 (30 CUs, 8192 MiB); free 30 CUs, 40944 MiB"
+        in (run.output)
+    )
+    page = (report_dir / "fleet.html").read_text()
+    assert page.count('data-logical-slices="2"') == 1 and page.count('data-logical-slices="1"') == 1
+    assert "free 40 CUs, 32752 MiB" in page
+
+
 def test_a_target_that_matches_no_host_is_refused_by_name(sim_build: Any, tmp_path: Path) -> None:
     node = simnode.init(tmp_path / "a", model="c3000-bw", cards=1)
     inventory = write_inventory(tmp_path / "inventory.yml", {"node-a": node})
