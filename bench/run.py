@@ -16,8 +16,12 @@ for extra in ("tests/simulator", "plugin_image/src", ".venv/collections", "."):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-SECTIONS = ("placement", "allocator", "holders")
-MODULES = {"placement": "bench.placement_quality", "allocator": "bench.allocator_cost"}
+SECTIONS = ("placement", "slices", "allocator", "holders")
+MODULES = {
+    "placement": "bench.placement_quality",
+    "slices": "bench.slice_quality",
+    "allocator": "bench.allocator_cost",
+}
 
 
 def holders(quick: bool) -> str:

@@ -17,7 +17,12 @@ def test_unknown_section_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def test_quick_run_prints_every_section(capsys: pytest.CaptureFixture[str]) -> None:
     assert run.main(["--quick"]) == 0
     out = capsys.readouterr().out
-    for heading in ("== placement quality ==", "== allocator cost ==", "== holder scan =="):
+    for heading in (
+        "== placement quality ==",
+        "== slice placement ==",
+        "== allocator cost ==",
+        "== holder scan ==",
+    ):
         assert heading in out
     # Either the holder scan's table, or its own message naming the missing tool.
     assert "module scan" in out or "is not installed" in out, out
