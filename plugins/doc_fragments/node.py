@@ -41,3 +41,20 @@ options:
         task's environment, plus the C(sbin) directories); so is a value without a C(/).
     type: path
 """
+
+    # hygon.dcu.node.retry
+    RETRY = r"""
+options:
+  wait_timeout:
+    description:
+      - Seconds to keep retrying what a process is still using, a whole number from C(0) to
+        C(86400) written with the ASCII digits C(0-9). C(0) tries once.
+    type: raw
+    default: 0
+  retry_interval:
+    description:
+      - Seconds between retries of what is in use, from C(0.01) to C(3600), written with the
+        ASCII digits C(0-9) and an optional decimal point (C(nan) and C(inf) are refused).
+    type: raw
+    default: 2.0
+"""

@@ -110,8 +110,9 @@ _value:
         - Each card by index, with its partitions sorted by first slice (each with the pods it
           serves, sorted by namespace and name, or null without O(kubernetes)), its occupied
           slices and its free placements per profile.
-        - Its logical slices (C(logical_slices), by id: compute units, memory, conf problem) and
-          the compute units and memory they use and leave free (C(slice_use)).
+        - Its logical slices (C(logical_slices), by id, each with its compute units, memory and
+          conf problem) and the compute units and memory they use and leave free
+          (C(slice_use)).
       type: list
       elements: dict
     slices_error:

@@ -47,6 +47,26 @@ def hy_smi_spec() -> Spec:
     return {"hy_smi_path": {"type": "path"}}
 
 
+# retry_interval's range in seconds: shorter is a busy loop, longer outlasts any sane wait.
+RETRY_MIN = 0.01
+RETRY_MAX = 3600.0
+
+
+def retry_spec() -> Spec:
+    """``wait_timeout`` and ``retry_interval``: fragment ``hygon.dcu.node.retry``."""
+    return {
+        "wait_timeout": {"type": "raw", "default": 0},
+        "retry_interval": {"type": "raw", "default": 2.0},
+    }
+
+
+def retry_options(params: dict[str, Any]) -> tuple[int, float]:
+    """(wait_timeout, retry_interval) from the module's parameters; ValueError names a bad one."""
+    wait_timeout = whole_number(params["wait_timeout"], "wait_timeout")
+    retry_interval = seconds(params["retry_interval"], "retry_interval", RETRY_MIN, RETRY_MAX)
+    return wait_timeout, retry_interval
+
+
 def find_hy_smi(
     configured: str | None, which: Callable[[str], str | None]
 ) -> tuple[str | None, str | None]:

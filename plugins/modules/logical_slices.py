@@ -26,6 +26,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - hygon.dcu.node
+  - hygon.dcu.node.retry
 options:
   state:
     description:
@@ -39,18 +40,6 @@ options:
         omitted.
     type: list
     elements: str
-  wait_timeout:
-    description:
-      - Seconds to keep retrying slices that are in use, a whole number from C(0) to C(86400)
-        written with the ASCII digits C(0-9). C(0) tries once.
-    type: raw
-    default: 0
-  retry_interval:
-    description:
-      - Seconds between retries of slices that are in use, from C(0.01) to C(3600), written with
-        the ASCII digits C(0-9) and an optional decimal point.
-    type: raw
-    default: 2.0
 attributes:
   platform:
     platforms: posix
@@ -99,22 +88,23 @@ stray_confs:
   sample: ["/etc/vdev/vdev3.conf"]
 """
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ..module_utils.common_options import host_root_spec, is_ascii_number, seconds, whole_number
+from ..module_utils.busy_retry import retry_busy
+from ..module_utils.common_options import (
+    host_root_spec,
+    is_ascii_number,
+    retry_options,
+    retry_spec,
+)
 from ..module_utils.dmi import DmiError, VdevBusy, VdevGone
 from ..module_utils.facts import describe_vdev, vdev_facts
 from ..module_utils.holders import find_holders
 from ..module_utils.hostpath import host_path
 from ..module_utils.vdevs import Vdev, VdevError, VdevReading, Vdevs
-
-# retry_interval's range in seconds: shorter is a busy loop, longer outlasts any sane wait.
-RETRY_MIN = 0.01
-RETRY_MAX = 3600.0
 
 
 @dataclass
@@ -140,28 +130,20 @@ def apply(
     vdevs: Vdevs, planned: list[Vdev], host_root: str, wait_timeout: int, retry_interval: float
 ) -> Outcome:
     outcome = Outcome()
-    pending = list(planned)
-    deadline = time.monotonic() + wait_timeout
-    last_error: dict[int, str] = {}
-    while True:
-        still: list[Vdev] = []
-        for vdev in pending:
-            try:
-                vdevs.destroy(vdev.id)
-            except VdevBusy as exc:
-                last_error[vdev.id] = str(exc)
-                still.append(vdev)
-                continue
-            except VdevGone:
-                continue  # gone since the plan: nothing of ours to destroy
-            outcome.destroyed.append(vdev)
-        pending = still
-        if not pending or time.monotonic() >= deadline:
-            break
-        time.sleep(min(retry_interval, max(deadline - time.monotonic(), 0)))
-    for vdev in pending:
+
+    def destroy(vdev: Vdev) -> str | None:
+        try:
+            vdevs.destroy(vdev.id)
+        except VdevBusy as exc:
+            return str(exc)
+        except VdevGone:
+            return None  # gone since the plan: nothing of ours to destroy
+        outcome.destroyed.append(vdev)
+        return None
+
+    for vdev, reason in retry_busy(planned, destroy, wait_timeout, retry_interval):
         facts = vdev_facts(vdev)
-        facts["reason"] = last_error.get(vdev.id, "in use")
+        facts["reason"] = reason
         facts["holders"] = [
             holder.describe() for holder in find_holders(host_path(host_root, vdev.conf_path))
         ]
@@ -181,16 +163,14 @@ def main() -> None:
         argument_spec={
             "state": {"type": "str", "default": "absent", "choices": ["absent"]},
             "cards": {"type": "list", "elements": "str"},
-            "wait_timeout": {"type": "raw", "default": 0},
-            "retry_interval": {"type": "raw", "default": 2.0},
+            **retry_spec(),
             **host_root_spec(),
         },
         supports_check_mode=True,
     )
     params = module.params
     try:
-        wait_timeout = whole_number(params["wait_timeout"], "wait_timeout")
-        retry_interval = seconds(params["retry_interval"], "retry_interval", RETRY_MIN, RETRY_MAX)
+        wait_timeout, retry_interval = retry_options(params)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     vdevs = Vdevs(params["host_root"])

@@ -28,6 +28,7 @@ author:
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - hygon.dcu.node
+  - hygon.dcu.node.retry
   - hygon.dcu.node.library
 options:
   state:
@@ -49,19 +50,6 @@ options:
         the same cards.
     type: list
     elements: str
-  wait_timeout:
-    description:
-      - Seconds to keep retrying instances that are in use, a whole number from C(0) to
-        C(86400) written with the ASCII digits C(0-9). C(0) tries once.
-    type: raw
-    default: 0
-  retry_interval:
-    description:
-      - Seconds between retries of instances that are in use, from C(0.01) to C(3600), written
-        with the ASCII digits C(0-9) and an optional decimal point (C(nan) and C(inf) are
-        refused).
-    type: raw
-    default: 2.0
 attributes:
   platform:
     platforms: posix
@@ -122,28 +110,24 @@ poison_left:
   elements: dict
 """
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ..module_utils.busy_retry import retry_busy
 from ..module_utils.common_options import (
     host_root_spec,
     is_ascii_number,
     library_spec,
-    seconds,
-    whole_number,
+    retry_options,
+    retry_spec,
 )
 from ..module_utils.facts import describe_instance, finding_facts, instance_facts
 from ..module_utils.holders import find_holders
 from ..module_utils.hydmi import HydmiError, InstanceInUse
 from ..module_utils.node import Instance, InstanceNotFound, Node, UuidMismatch
 from ..module_utils.registry import Finding
-
-# retry_interval's range in seconds: shorter is a busy loop, longer outlasts any sane wait.
-RETRY_MIN = 0.01
-RETRY_MAX = 3600.0
 
 
 @dataclass
@@ -217,32 +201,24 @@ def _holders_of(entries: list[Instance]) -> list[str]:
 
 def apply(node: Node, plan: Plan, wait_timeout: int, retry_interval: float) -> Outcome:
     outcome = Outcome()
-    pending = list(plan.gpu_instances)
-    deadline = time.monotonic() + wait_timeout
-    last_error: dict[int, str] = {}
-    while True:
-        still: list[list[Instance]] = []
-        for entries in pending:
-            first = entries[0]
-            try:
-                node.destroy(
-                    first.card_index, first.gpu_instance_id, expected_uuid=_expected_uuid(entries)
-                )
-            except InstanceInUse as exc:
-                last_error[id(entries)] = str(exc)
-                still.append(entries)
-                continue
-            except (InstanceNotFound, UuidMismatch):
-                continue  # gone or replaced since the plan: not ours to destroy any more
-            outcome.destroyed.extend(entries)
-        pending = still
-        if not pending or time.monotonic() >= deadline:
-            break
-        time.sleep(min(retry_interval, max(deadline - time.monotonic(), 0)))
-    for entries in pending:
+
+    def destroy(entries: list[Instance]) -> str | None:
+        first = entries[0]
+        try:
+            node.destroy(
+                first.card_index, first.gpu_instance_id, expected_uuid=_expected_uuid(entries)
+            )
+        except InstanceInUse as exc:
+            return str(exc)
+        except (InstanceNotFound, UuidMismatch):
+            return None  # gone or replaced since the plan: not ours to destroy any more
+        outcome.destroyed.extend(entries)
+        return None
+
+    for entries, reason in retry_busy(plan.gpu_instances, destroy, wait_timeout, retry_interval):
         for entry in entries:
             facts = instance_facts(entry)
-            facts["reason"] = last_error.get(id(entries), "in use")
+            facts["reason"] = reason
             facts["holders"] = _holders_of([entry])
             outcome.remaining.append(facts)
     return outcome
@@ -267,8 +243,7 @@ def main() -> None:
             "state": {"type": "str", "default": "absent", "choices": ["absent"]},
             "sweep_only": {"type": "bool", "default": False},
             "cards": {"type": "list", "elements": "str"},
-            "wait_timeout": {"type": "raw", "default": 0},
-            "retry_interval": {"type": "raw", "default": 2.0},
+            **retry_spec(),
             **host_root_spec(),
             **library_spec(),
         },
@@ -276,8 +251,7 @@ def main() -> None:
     )
     params = module.params
     try:
-        wait_timeout = whole_number(params["wait_timeout"], "wait_timeout")
-        retry_interval = seconds(params["retry_interval"], "retry_interval", RETRY_MIN, RETRY_MAX)
+        wait_timeout, retry_interval = retry_options(params)
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     node = Node(params["host_root"], params["library_path"])

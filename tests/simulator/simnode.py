@@ -382,6 +382,29 @@ class SimNode:
         with self.locked():
             _write_atomic(self.sim_dir / "hysmi_fault", body)
 
+    def create_vdevs(self, card: int, cus: str, mem: str) -> subprocess.CompletedProcess[str]:
+        """``hy-smi virtual -create-vdevices`` on ``card``, as an operator would run it: one vdev
+        per comma-separated compute-unit count in ``cus`` and MiB size in ``mem``."""
+        return subprocess.run(
+            [
+                str(HY_SMI_PATH),
+                "virtual",
+                "-create-vdevices",
+                str(len(cus.split(","))),
+                "-d",
+                str(card),
+                "-vdevice-compute-units",
+                cus,
+                "-vdevice-memory-size",
+                mem,
+            ],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+
     def clear_faults(self) -> None:
         with self.locked():
             for name in ("faults", "hysmi_fault"):

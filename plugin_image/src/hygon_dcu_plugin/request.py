@@ -396,11 +396,7 @@ def _slice_violations(
     requests: Mapping[str, object],
     slices: list[str],
 ) -> Iterator[Violation]:
-    amounts: dict[str, int] = {}
-    for resource in slices:
-        amount = yield from _amount(name, label, limits, requests, resource)
-        if amount is not None:
-            amounts[resource] = amount
+    amounts = yield from _amounts(name, label, limits, requests, slices)
     sizes = [key for key in slices if key in SLICE_SIZE_RESOURCES]
     for resource in slices:
         if resource != SLICED and resource not in sizes:
@@ -444,11 +440,7 @@ def _partition_violations(
     requests: Mapping[str, object],
     partitions: list[str],
 ) -> Iterator[Violation]:
-    amounts: dict[str, int] = {}
-    for resource in partitions:
-        amount = yield from _amount(name, label, limits, requests, resource)
-        if amount is not None:
-            amounts[resource] = amount
+    amounts = yield from _amounts(name, label, limits, requests, partitions)
 
     profiles = [
         key for key in partitions if key.startswith(PROFILE_PREFIX) and key != PROFILE_PREFIX
@@ -510,6 +502,22 @@ def _partition_violations(
             f"{_ONE_PER_CONTAINER}; keep exactly one profile in this container (a container "
             "sees one partition, so request exactly one profile)",
         )
+
+
+def _amounts(
+    name: str,
+    label: str,
+    limits: Mapping[str, object],
+    requests: Mapping[str, object],
+    resources: list[str],
+) -> Generator[Violation, None, dict[str, int]]:
+    """Yields what is wrong with each resource's quantity; returns those that read."""
+    amounts: dict[str, int] = {}
+    for resource in resources:
+        amount = yield from _amount(name, label, limits, requests, resource)
+        if amount is not None:
+            amounts[resource] = amount
+    return amounts
 
 
 def _amount(

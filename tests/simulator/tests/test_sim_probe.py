@@ -384,19 +384,7 @@ VDEV_LINE = re.compile(
 def vcreate(
     node: simnode.SimNode, card: int, cus: str, mem: str
 ) -> subprocess.CompletedProcess[str]:
-    count = str(len(cus.split(",")))
-    return hy_smi(
-        node,
-        "virtual",
-        "-create-vdevices",
-        count,
-        "-d",
-        str(card),
-        "-vdevice-compute-units",
-        cus,
-        "-vdevice-memory-size",
-        mem,
-    )
+    return node.create_vdevs(card, cus, mem)
 
 
 def make_vdevs(node: simnode.SimNode, card: int, cus: str, mem: str) -> None:

@@ -178,18 +178,7 @@ def test_hold_command_is_a_real_holder(sim_node: simnode.SimNode) -> None:
 
 
 def vcreate(node: simnode.SimNode, card: int, cus: str, mem: str) -> int:
-    return hy_smi(
-        node,
-        "virtual",
-        "-create-vdevices",
-        str(len(cus.split(","))),
-        "-d",
-        str(card),
-        "-vdevice-compute-units",
-        cus,
-        "-vdevice-memory-size",
-        mem,
-    ).returncode
+    return node.create_vdevs(card, cus, mem).returncode
 
 
 def test_status_lists_vdevs(sim_node: simnode.SimNode) -> None:

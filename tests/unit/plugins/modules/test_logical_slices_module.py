@@ -4,7 +4,6 @@ switch to partition mode is refused while any slice lives."""
 
 from __future__ import annotations
 
-import subprocess
 from typing import TYPE_CHECKING, Any
 
 from ansible_collections.hygon.dcu.plugins.modules import logical_slices, mig_info, mig_mode
@@ -18,24 +17,9 @@ if TYPE_CHECKING:
     SimBuild = Any
 
 
-def carve(sim_build: SimBuild, card: int, cus: str, mib: str) -> None:
-    count = str(len(cus.split(",")))
-    subprocess.run(
-        [
-            str(sim_build.hy_smi),
-            "virtual",
-            "-create-vdevices",
-            count,
-            "-d",
-            str(card),
-            "-vdevice-compute-units",
-            cus,
-            "-vdevice-memory-size",
-            mib,
-        ],
-        check=True,
-        capture_output=True,
-    )
+def carve(sim_node: SimNode, card: int, cus: str, mib: str) -> None:
+    made = sim_node.create_vdevs(card, cus, mib)
+    assert made.returncode == 0, made.stderr
 
 
 def enable(sim_node: SimNode, sim_build: SimBuild) -> dict[str, Any]:
@@ -52,8 +36,8 @@ def live(sim_node: SimNode, run_module: ModuleRunner) -> list[dict[str, Any]]:
 def test_check_then_real_then_nothing_left(
     sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner
 ) -> None:
-    carve(sim_build, 0, "20,20", "16384,8192")
-    carve(sim_build, 1, "40", "32768")
+    carve(sim_node, 0, "20,20", "16384,8192")
+    carve(sim_node, 1, "40", "32768")
     before = live(sim_node, run_module)
     assert [(s["card"], s["compute_units"], s["memory_mib"]) for s in before] == [
         (0, 20, 16384),
@@ -75,8 +59,8 @@ def test_check_then_real_then_nothing_left(
 def test_cards_limits_what_is_destroyed(
     sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner
 ) -> None:
-    carve(sim_build, 0, "20", "16384")
-    carve(sim_build, 1, "40", "32768")
+    carve(sim_node, 0, "20", "16384")
+    carve(sim_node, 1, "40", "32768")
     result = run_module(logical_slices, {"host_root": str(sim_node.root), "cards": ["1"]})
     assert [s["card"] for s in result["destroyed"]] == [1]
     assert [s["card"] for s in live(sim_node, run_module)] == [0]
@@ -87,7 +71,7 @@ def test_cards_limits_what_is_destroyed(
 def test_a_busy_slice_is_left_and_named_with_its_holder(
     sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner, kfd_holder: HoldFactory
 ) -> None:
-    carve(sim_build, 0, "20,20", "16384,16384")
+    carve(sim_node, 0, "20,20", "16384,16384")
     held, free = live(sim_node, run_module)
     holder = kfd_holder(sim_node.root / held["conf_path"].lstrip("/"))
     result = run_module(logical_slices, {"host_root": str(sim_node.root)})
@@ -103,7 +87,7 @@ def test_a_busy_slice_is_left_and_named_with_its_holder(
 def test_the_switch_to_partition_mode_names_the_slices_in_its_way(
     sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner
 ) -> None:
-    carve(sim_build, 1, "40", "32768")
+    carve(sim_node, 1, "40", "32768")
     wanted = enable(sim_node, sim_build)
     for check_mode in (True, False):
         refused = run_module(mig_mode, wanted, check_mode=check_mode)
@@ -119,7 +103,7 @@ def test_the_switch_to_partition_mode_names_the_slices_in_its_way(
 def test_the_switch_is_refused_when_slices_cannot_be_listed_but_confs_exist(
     sim_node: SimNode, sim_build: SimBuild, run_module_fresh: ModuleRunner
 ) -> None:
-    carve(sim_build, 0, "20", "16384")
+    carve(sim_node, 0, "20", "16384")
     (sim_node.root / "opt/hyhal/lib/libhydmi.so").unlink()
     wanted = enable(sim_node, sim_build)
     refused = run_module_fresh(mig_mode, wanted)

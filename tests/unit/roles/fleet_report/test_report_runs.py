@@ -457,18 +457,7 @@ def test_a_node_with_its_mode_off_shows_each_cards_slices_as_the_simulator_holds
 ) -> None:
     node = simnode.init(tmp_path / "a", model="c3000-bw", cards=2)
     for card, cus, mib in ((0, "20,30", "16384,8192"), (1, "40", "32768")):
-        hy_smi(
-            node,
-            "virtual",
-            "-create-vdevices",
-            str(len(cus.split(","))),
-            "-d",
-            str(card),
-            "-vdevice-compute-units",
-            cus,
-            "-vdevice-memory-size",
-            mib,
-        )
+        assert node.create_vdevs(card, cus, mib).returncode == 0
     inventory = write_inventory(
         tmp_path / "inventory.yml", {"node-a": node}, hygon_dcu_manage_kubernetes="false"
     )

@@ -169,18 +169,7 @@ def test_enable_destroys_leftover_slices_before_the_switch_and_check_mode_predic
     sim_node: simnode.SimNode,
 ) -> None:
     for card, cus, mib in ((0, "20,20", "16384,8192"), (1, "40", "32768")):
-        hy_smi(
-            sim_node,
-            "virtual",
-            "-create-vdevices",
-            str(len(cus.split(","))),
-            "-d",
-            str(card),
-            "-vdevice-compute-units",
-            cus,
-            "-vdevice-memory-size",
-            mib,
-        )
+        assert sim_node.create_vdevs(card, cus, mib).returncode == 0
     assert len(sim_node.status().vdevs) == 3
 
     check = run_playbook("enable_mig", "--check", extra_vars=node_vars(sim_node))
@@ -207,18 +196,7 @@ def test_enable_destroys_leftover_slices_before_the_switch_and_check_mode_predic
 def test_a_slice_held_during_enable_is_reported_and_kept_and_nothing_switched(
     sim_node: simnode.SimNode, kfd_holder: Callable[[Path], Any]
 ) -> None:
-    hy_smi(
-        sim_node,
-        "virtual",
-        "-create-vdevices",
-        "1",
-        "-d",
-        "1",
-        "-vdevice-compute-units",
-        "40",
-        "-vdevice-memory-size",
-        "32768",
-    )
+    assert sim_node.create_vdevs(1, "40", "32768").returncode == 0
     (vdev,) = sim_node.status().vdevs
     holder = kfd_holder(sim_node.root / f"etc/vdev/vdev{vdev.id}.conf")
 
@@ -238,18 +216,7 @@ def test_a_slice_held_during_enable_is_reported_and_kept_and_nothing_switched(
 
 
 def test_slices_that_cannot_be_listed_are_refused_in_preflight(sim_node: simnode.SimNode) -> None:
-    hy_smi(
-        sim_node,
-        "virtual",
-        "-create-vdevices",
-        "1",
-        "-d",
-        "0",
-        "-vdevice-compute-units",
-        "20",
-        "-vdevice-memory-size",
-        "16384",
-    )
+    assert sim_node.create_vdevs(0, "20", "16384").returncode == 0
     (sim_node.root / "opt/hyhal/lib/libhydmi.so").unlink()
 
     run = run_playbook("enable_mig", extra_vars=node_vars(sim_node))
