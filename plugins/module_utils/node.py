@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 
 from .cards import (
     Card,
@@ -94,7 +94,8 @@ class Instance:
     conf_host_path: str | None  # host_root-prefixed
 
 
-class ModeSource(StrEnum):
+# StrEnum is 3.11+; the node layer runs on the node's Python, 3.9 at the oldest (docs/install.md).
+class ModeSource(str, Enum):  # noqa: UP042
     """Where the node's mode was read: the library, or the registry when the library is unusable."""
 
     LIBRARY = "library"

@@ -84,8 +84,8 @@ def parse_vdev_conf(text: str) -> VdevConf:
     if len(lines) != len(CONF_KEYS):
         raise ValueError(f"{len(lines)} lines, not {len(CONF_KEYS)}")
     values: list[str] = []
-    for number, (line, key) in enumerate(zip(lines, CONF_KEYS, strict=True), start=1):
-        name, separator, value = line.partition(": ")
+    for number, key in enumerate(CONF_KEYS, start=1):
+        name, separator, value = lines[number - 1].partition(": ")
         if not separator or name != key:
             raise ValueError(f"line {number} is not '{key}: ...'")
         values.append(value)
@@ -104,8 +104,9 @@ def parse_vdev_conf(text: str) -> VdevConf:
         raise ValueError(f"mem {memory[:32]!r} is not '<n> MiB'")
     if enable not in ("0", "1"):
         raise ValueError(f"enable {enable[:32]!r} is not 0 or 1")
-    if mask.bit_count() != int(count) or int(count) == 0:
-        raise ValueError(f"cu_mask holds {mask.bit_count()} compute units, cu_count says {count}")
+    bits = bin(mask).count("1")  # int.bit_count() is 3.10+
+    if bits != int(count) or int(count) == 0:
+        raise ValueError(f"cu_mask holds {bits} compute units, cu_count says {count}")
     return VdevConf(
         pci=pci.lower(),
         cu_mask=mask,

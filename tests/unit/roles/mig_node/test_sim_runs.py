@@ -246,6 +246,8 @@ def test_recover_sweeps_poison_and_fails_on_a_mode_the_inventory_does_not_want(
     message = final_failure(run)
     assert "partition mode is enabled but the inventory wants disabled" in message
     assert "Nothing was switched" in message
+    # The playbooks by the names an installed collection runs them with.
+    assert "Run the playbook hygon.dcu.converge (or hygon.dcu.enable_mig" in message
     assert sim_node.status().mode == 1
 
 
