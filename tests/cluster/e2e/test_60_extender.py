@@ -134,9 +134,10 @@ def test_burst_of_ten_slices_on_eight_leaves_none_failed_and_the_rest_pending(
     # that meets the last round's counts: the narrow pods, created first, are refused
     # (Insufficient) and wait out a backoff while the wide ones take the slices (CI, 2026-12-05:
     # 5 Running, 2 Pending in rounds 1-3).
+    node = cluster_sim.sim.open_node(str(cluster_sim.root))
     idle = {
-        PROFILE_PREFIX + profile.name: cluster_sim.cards * len(profile.starts)
-        for profile in cluster_sim.model.profiles
+        PROFILE_PREFIX + profile.name: node.cards * len(profile.starts)
+        for profile in node.model.profiles
         if profile.name in ("2g.15gb", "4g.31gb")
     }
 
