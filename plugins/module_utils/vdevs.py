@@ -72,6 +72,8 @@ class VdevReading:
     vdevs: list[Vdev]
     # Conf files of no live vdev (a create that died half-way, a destroy that left one).
     stray_confs: list[str]
+    # Every conf file present, live or stray.
+    conf_paths: list[str]
 
 
 def conf_path(vdev_id: int) -> str:
@@ -133,6 +135,7 @@ class Vdevs:
         per_card = self.library.max_vdevs_per_card()
         expected = self.library.vdev_count()
         confs = self._conf_files()
+        present = sorted(conf_path(vdev_id) for vdev_id in confs)
         vdevs: list[Vdev] = []
         for vdev_id in range(cards * per_card):
             try:
@@ -154,7 +157,7 @@ class Vdevs:
                 f"the library counts {expected} vdevs but ids 0..{cards * per_card - 1} hold "
                 f"{len(vdevs)}; not acting on a partial view"
             )
-        return VdevReading(vdevs, sorted(conf_path(vdev_id) for vdev_id in confs))
+        return VdevReading(vdevs, sorted(conf_path(vdev_id) for vdev_id in confs), present)
 
     def create(self, card: int, compute_units: int, memory_mib: int) -> Vdev:
         """One vdev on ``card``, found by what is live after and not before. The caller holds
@@ -180,11 +183,12 @@ class Vdevs:
         self.library.destroy_vdev(vdev_id)
 
     def conf_paths(self) -> list[str]:
-        """The driver's conf files present, read without the library."""
-        return sorted(conf_path(vdev_id) for vdev_id in self._conf_files())
+        """The driver's conf files present, listed without the library (and not read)."""
+        return sorted(conf_path(vdev_id) for vdev_id in self._conf_files(read=False))
 
-    def _conf_files(self) -> dict[int, bytes | OSError]:
-        """The driver's conf files by vdev id: the bytes, or why they could not be read."""
+    def _conf_files(self, read: bool = True) -> dict[int, bytes | OSError | None]:
+        """The driver's conf files by vdev id: the bytes, or why they could not be read (None
+        when not ``read``). VdevError when the directory cannot be listed."""
         try:
             directory = open_dir(host_path(self.host_root, VDEV_DIR))
         except FileNotFoundError:
@@ -192,15 +196,18 @@ class Vdevs:
         except OSError as exc:
             raise VdevError(f"cannot read {VDEV_DIR}: {exc.strerror}") from exc
         try:
-            found: dict[int, bytes | OSError] = {}
+            found: dict[int, bytes | OSError | None] = {}
             for name in os.listdir(directory):
                 match = CONF_FILE_NAME.fullmatch(name)
                 if match is None:
                     continue
-                try:
-                    found[int(match.group(1))] = read_file_at(directory, name)
-                except OSError as exc:
-                    found[int(match.group(1))] = exc
+                vdev_id = int(match.group(1))
+                found[vdev_id] = None
+                if read:
+                    try:
+                        found[vdev_id] = read_file_at(directory, name)
+                    except OSError as exc:
+                        found[vdev_id] = exc
             return found
         finally:
             os.close(directory)

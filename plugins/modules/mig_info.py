@@ -201,16 +201,21 @@ def logical_slices(host_root: str) -> dict[str, Any]:
         "library": {"path": vdevs.library.path, "usable": False, "error": None},
         "vdevs": [],
         "stray_confs": [],
-        "conf_paths": vdevs.conf_paths(),
+        "conf_paths": [],
     }
     try:
         reading = vdevs.read()
     except (DmiError, VdevError) as exc:
         facts["library"]["error"] = str(exc)
+        try:
+            facts["conf_paths"] = vdevs.conf_paths()
+        except VdevError as unlisted:  # reported, as everything else mig_info cannot read
+            facts["library"]["error"] += f"; {unlisted}"
         return facts
     facts["library"]["usable"] = True
     facts["vdevs"] = [vdev_facts(vdev) for vdev in reading.vdevs]
     facts["stray_confs"] = reading.stray_confs
+    facts["conf_paths"] = reading.conf_paths
     return facts
 
 

@@ -124,3 +124,22 @@ def test_a_node_without_the_library_or_confs_switches(
     wanted = enable(sim_node, sim_build)
     switched = run_module_fresh(mig_mode, wanted)
     assert switched["changed"] is True and switched["mode"] == "enabled"
+
+
+def test_slices_that_cannot_be_listed_are_reported_not_a_crash(
+    sim_node: SimNode, sim_build: SimBuild, run_module: ModuleRunner
+) -> None:
+    carve(sim_node, 0, "20", "16384")
+    info = run_module(mig_info, {"host_root": str(sim_node.root)})["mig_info"]["logical_slices"]
+    assert info["conf_paths"] == ["/etc/vdev/vdev0.conf"] and info["stray_confs"] == []
+    # The conf directory replaced by something that is not one: mig_info still answers.
+    vdev_dir = sim_node.root / "etc/vdev"
+    for conf in vdev_dir.iterdir():
+        conf.unlink()
+    vdev_dir.rmdir()
+    vdev_dir.write_text("not a directory\n")
+    info = run_module(mig_info, {"host_root": str(sim_node.root)})["mig_info"]["logical_slices"]
+    assert info["library"]["usable"] is False and info["vdevs"] == []
+    assert info["library"]["error"].count("cannot read /etc/vdev") == 2
+    refused = run_module(mig_mode, enable(sim_node, sim_build))
+    assert refused["failed"] is True and "cannot read /etc/vdev" in refused["msg"]
