@@ -68,6 +68,15 @@ class Vdev:
 
 
 @dataclass(frozen=True)
+class VdevCard:
+    """A card as the virtual-device library sees it: its whole compute units and memory."""
+
+    index: int
+    compute_units: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
 class VdevReading:
     vdevs: list[Vdev]
     # Conf files of no live vdev (a create that died half-way, a destroy that left one).
@@ -158,6 +167,20 @@ class Vdevs:
                 f"{len(vdevs)}; not acting on a partial view"
             )
         return VdevReading(vdevs, sorted(conf_path(vdev_id) for vdev_id in confs), present)
+
+    def cards(self) -> list[VdevCard]:
+        """Every card's compute units and memory (DmiError when the library cannot answer)."""
+        found = []
+        for index in range(self.library.device_count()):
+            info = self.library.device_info(index)
+            found.append(
+                VdevCard(index, int(info.compute_unit_count), int(info.global_mem_size) // MIB)
+            )
+        return found
+
+    def per_card(self) -> int:
+        """How many vdevs a card may hold."""
+        return self.library.max_vdevs_per_card()
 
     def create(self, card: int, compute_units: int, memory_mib: int) -> Vdev:
         """One vdev on ``card``, found by what is live after and not before. The caller holds

@@ -31,6 +31,9 @@ class AllocateRefusal(StrEnum):
     RESERVATION_TAKEN = "reservation_taken"
     BAD_RESERVATION = "bad_reservation"
     GRANTS_STORE = "grants_store"
+    SLICES_UNREADABLE = "slices_unreadable"
+    SLICE_TOO_LARGE = "slice_too_large"
+    CARD_SLICED = "card_sliced"
 
     @property
     def status(self) -> str:
@@ -56,4 +59,7 @@ _GRPC_STATUS = {
     AllocateRefusal.RESERVATION_TAKEN: "FAILED_PRECONDITION",
     AllocateRefusal.BAD_RESERVATION: "FAILED_PRECONDITION",
     AllocateRefusal.GRANTS_STORE: "FAILED_PRECONDITION",
+    AllocateRefusal.SLICES_UNREADABLE: "FAILED_PRECONDITION",
+    AllocateRefusal.SLICE_TOO_LARGE: "FAILED_PRECONDITION",
+    AllocateRefusal.CARD_SLICED: "FAILED_PRECONDITION",
 }

@@ -21,9 +21,12 @@ from typing import Any
 import pytest
 from hygon_dcu_plugin import geometry, reservation
 from hygon_dcu_plugin.vocabulary import (
+    FAMILY,
     GEOMETRY_ANNOTATION,
     RESERVATION_ANNOTATION,
     SCHEDULER_NAME,
+    SLICE_MEMORY_MIB,
+    SLICED,
 )
 from playbook_runner import PlaybookRun, run_playbook
 
@@ -39,8 +42,6 @@ WORKLOAD_NAMESPACE = "e2e"
 WORKLOAD_IMAGE = os.environ.get("HYGON_DCU_WORKLOAD_IMAGE", "localhost/hygon-dcu-workload:test")
 PLUGIN_IMAGE = os.environ.get("HYGON_DCU_TEST_IMAGE", "localhost/hygon-dcu-plugin:test")
 PLUGIN_SELECTOR = "app.kubernetes.io/name=hygon-dcu-device-plugin"
-FAMILY = "hygon.com/dcu.partitioned"
-WHOLE_CARD = "hygon.com/dcu"
 
 
 def required_env(name: str) -> str:
@@ -197,10 +198,12 @@ def partition_pod(
     command: list[str] | None = None,
     restart_policy: str = "Never",
     container: str = "work",
+    limits: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """A pod asking one partition that runs the simulator's workload probe in the container
-    the kubelet and containerd made from the plugin's Allocate answer. The probe reads the
-    simulated driver's state (ROOT/.sim, read-only), everything else from its own view."""
+    """A pod asking one partition (or the given ``limits``) that runs the simulator's workload
+    probe in the container the kubelet and containerd made from the plugin's Allocate answer.
+    The probe reads the simulated driver's state (ROOT/.sim, read-only), everything else from
+    its own view."""
     root = str(SIM_ROOT)
     return {
         "apiVersion": "v1",
@@ -218,7 +221,9 @@ def partition_pod(
                     "imagePullPolicy": "Never",
                     "command": command or ["dcu-probe"],
                     "env": [{"name": "HYDMI_SIM_ROOT", "value": root}],
-                    "resources": {"limits": {FAMILY: "1", f"{FAMILY}.mig-{profile}": "1"}},
+                    "resources": {
+                        "limits": limits or {FAMILY: "1", f"{FAMILY}.mig-{profile}": "1"}
+                    },
                     "volumeMounts": [
                         {"name": "driver-state", "mountPath": f"{root}/.sim", "readOnly": True}
                     ],
@@ -229,6 +234,12 @@ def partition_pod(
             ],
         },
     }
+
+
+def slice_pod(name: str, memory_mib: int, command: list[str] | None = None) -> dict[str, Any]:
+    """A pod of one container asking one logical slice of ``memory_mib`` MiB."""
+    limits = {SLICED: "1", SLICE_MEMORY_MIB: str(memory_mib)}
+    return partition_pod(name, command=command, limits=limits)
 
 
 def phase(kube: Kube, name: str) -> str | None:

@@ -37,7 +37,7 @@ import simnode
 import yaml
 from fake_api_server import FakeApiServer
 from fake_api_server import pod as stored_pod
-from hygon_dcu_plugin.vocabulary import FAMILY
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICE_MEMORY_MIB, SLICED
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import make_node, serve_argv
 from webhook_pod_cases import container, pod
@@ -407,10 +407,11 @@ def wait_until(predicate: Any, timeout: float = 60.0) -> bool:
     return False
 
 
-def scrape_plugin(tmp: Path) -> str:
-    """One granted and one refused Allocate through gRPC, then the plugin's /metrics."""
+def scrape_plugin(tmp: Path, mode_on: bool = True) -> str:
+    """The plugin's /metrics after real Allocates through gRPC: with the mode on, one granted
+    and one refused partition; with it off, one granted logical slice."""
     simnode.build()
-    sim = make_node(tmp / "node")
+    sim = make_node(tmp / "node", mode_on=mode_on)
     short = Path(tempfile.mkdtemp(prefix="hdo", dir="/tmp"))  # unix socket paths stay short
     api = FakeApiServer().start()
     kubelet = KubeletEmulator(str(short / "dp"), str(short / "pr" / "kubelet.sock"))
@@ -431,26 +432,27 @@ def scrape_plugin(tmp: Path) -> str:
         stdout=subprocess.DEVNULL,
         text=True,
     )
+    served = P2G if mode_on else SLICED
     try:
-        assert kubelet.wait_for(lambda: kubelet.counts().get(P2G, 0) > 0), "never registered"
+        assert kubelet.wait_for(lambda: kubelet.counts().get(served, 0) > 0), "never registered"
         assert wait_until(lambda: http_get(port, "/readyz")[0] == 200)
-        api.seed(
-            stored_pod("train", "team", node="node-1", containers={"main": {FAMILY: "1", P2G: "1"}})
-        )
-        kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
-        # no profile: refused
-        api.seed(stored_pod("bad", "team", node="node-1", containers={"main": {FAMILY: "1"}}))
-        with pytest.raises(grpc.RpcError):
-            kubelet.admit("team", "bad", "main", {FAMILY: 1})
-        # partition_info follows the grants on the next refresh.
-        assert wait_until(
-            lambda: "hygon_dcu_partition_info{" in http_get(metrics_port, "/metrics")[1]
-        )
+        if mode_on:
+            _partitions(api, kubelet)
+            info = "hygon_dcu_partition_info{"
+        else:
+            limits = {SLICED: "1", SLICE_MEMORY_MIB: "8192"}
+            api.seed(stored_pod("nb", "team", node="node-1", containers={"main": limits}))
+            kubelet.admit("team", "nb", "main", {SLICED: 1})
+            info = "hygon_dcu_slice_info{"
+        # The info gauges follow the grants on the next refresh.
+        assert wait_until(lambda: info in http_get(metrics_port, "/metrics")[1])
         status, text = http_get(metrics_port, "/metrics")
         assert status == 200
-        assert 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
-        assert re.search(r'^hygon_dcu_allocation_failures_total\{reason="\w+"\} 1$', text, re.M)
+        label = "2g.15gb" if mode_on else "slice"
+        assert f'hygon_dcu_allocations_total{{profile="{label}"}} 1' in text
         assert re.search(r"^hygon_dcu_allocate_duration_seconds_count [1-9]", text, re.M)
+        if mode_on:
+            assert re.search(r'^hygon_dcu_allocation_failures_total\{reason="\w+"\} 1$', text, re.M)
         return text
     finally:
         if process.poll() is None:
@@ -459,6 +461,17 @@ def scrape_plugin(tmp: Path) -> str:
         kubelet.stop()
         api.stop()
         shutil.rmtree(short, ignore_errors=True)
+
+
+def _partitions(api: FakeApiServer, kubelet: KubeletEmulator) -> None:
+    api.seed(
+        stored_pod("train", "team", node="node-1", containers={"main": {FAMILY: "1", P2G: "1"}})
+    )
+    kubelet.admit("team", "train", "main", {FAMILY: 1, P2G: 1})
+    # no profile: refused
+    api.seed(stored_pod("bad", "team", node="node-1", containers={"main": {FAMILY: "1"}}))
+    with pytest.raises(grpc.RpcError):
+        kubelet.admit("team", "bad", "main", {FAMILY: 1})
 
 
 def scrape_webhook(tmp: Path) -> str:
@@ -479,16 +492,22 @@ def scrape_webhook(tmp: Path) -> str:
 class Scrape:
     plugin: str
     webhook: str
+    sliced_plugin: str = ""  # the plugin with the mode off, serving a slice
 
     def exported(self) -> Exported:
-        return parse_exposition(self.plugin).merge(parse_exposition(self.webhook))
+        return (
+            parse_exposition(self.plugin)
+            .merge(parse_exposition(self.sliced_plugin))
+            .merge(parse_exposition(self.webhook))
+        )
 
 
 @pytest.fixture(scope="module")
 def scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
     plugin = scrape_plugin(tmp_path_factory.mktemp("plugin"))
+    sliced = scrape_plugin(tmp_path_factory.mktemp("sliced"), mode_on=False)
     webhook = scrape_webhook(tmp_path_factory.mktemp("webhook"))
-    return Scrape(plugin, webhook)
+    return Scrape(plugin, webhook, sliced)
 
 
 @pytest.fixture(scope="module")
@@ -537,8 +556,13 @@ def test_a_metric_renamed_in_the_product_is_caught(
     scrape: Scrape, expressions: dict[str, str]
 ) -> None:
     # Only a copy of the scraped text is changed, as if the plugin had renamed the metric.
-    renamed = scrape.plugin.replace("hygon_dcu_reclaim_actions_total", "hygon_dcu_reclaims_total")
-    exported = parse_exposition(renamed).merge(parse_exposition(scrape.webhook))
+    renamed = Scrape(
+        *(
+            text.replace("hygon_dcu_reclaim_actions_total", "hygon_dcu_reclaims_total")
+            for text in (scrape.plugin, scrape.webhook, scrape.sliced_plugin)
+        )
+    )
+    exported = renamed.exported()
     found = problems(expressions, exported)
     users = {w for w, e in expressions.items() if "hygon_dcu_reclaim_actions_total" in e}
     assert "rule HygonDcuReclaimStuck" in users

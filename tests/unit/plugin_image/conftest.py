@@ -51,3 +51,18 @@ def bw_node(
 def harness(bw_node: simnode.SimNode, short_tmp: Path) -> Harness:
     # State in a short directory: the plugin's unix sockets live under it.
     return Harness(bw_node, short_tmp)
+
+
+@pytest.fixture
+def off_node(
+    simulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> simnode.SimNode:
+    """Eight cards with the partition mode off: whole cards and logical slices."""
+    node: simnode.SimNode = make_node(tmp_path / "node", mode_on=False)
+    monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
+    return node
+
+
+@pytest.fixture
+def slice_harness(off_node: simnode.SimNode, short_tmp: Path) -> Harness:
+    return Harness(off_node, short_tmp)

@@ -17,6 +17,13 @@ def limits_for(profile: str) -> dict[str, str]:
     return {"hygon.com/dcu.partitioned": "1", f"hygon.com/dcu.partitioned.mig-{profile}": "1"}
 
 
+def slice_limits(memory_mib: int, compute_units: int | None = None) -> dict[str, str]:
+    limits = {"hygon.com/dcu.sliced": "1", "hygon.com/dcu.sliced.memory-mib": str(memory_mib)}
+    if compute_units is not None:
+        limits["hygon.com/dcu.sliced.compute-units"] = str(compute_units)
+    return limits
+
+
 class FakeKube:
     def __init__(self) -> None:
         self._cond = threading.Condition()

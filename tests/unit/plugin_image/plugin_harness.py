@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
-from fake_kube import FakeKube, limits_for
+from fake_kube import FakeKube, limits_for, slice_limits
 from hygon_dcu_plugin.config import Settings
 from hygon_dcu_plugin.deviceplugin.advertise import healthy_count
 from hygon_dcu_plugin.deviceplugin.allocator import Allocator
@@ -21,7 +21,7 @@ from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from hygon_dcu_plugin.deviceplugin.podresources import ListedContainer, ListedPod
 from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.deviceplugin.runtime import Runtime
-from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, SLICED
 
 
 def minirun_spec(response: pb.ContainerAllocateResponse) -> dict[str, object]:
@@ -209,6 +209,26 @@ class Harness:
         listed[FAMILY] = [token]
         if not profile_first:
             listed[profile_resource] = [self.free_token(profile_resource)]
+        return response
+
+    def admit_slice(
+        self,
+        name: str,
+        memory_mib: int,
+        compute_units: int | None = None,
+        namespace: str = "default",
+        uid: str | None = None,
+    ) -> pb.ContainerAllocateResponse:
+        """Create a pod of one container asking a slice, list it with no devices, and admit
+        it as the kubelet does: a free slice token, Allocate, then listed as held."""
+        self.kube.add_pod(
+            namespace, name, {"main": slice_limits(memory_mib, compute_units)}, uid=uid
+        )
+        key = f"{namespace}/{name}"
+        self.kubelet.pods[key] = {"main": {}}
+        token = self.free_token(SLICED)
+        response: pb.ContainerAllocateResponse = self.allocator.allocate(SLICED, [token])
+        self.kubelet.pods[key]["main"][SLICED] = [token]
         return response
 
     def finish(self, name: str, namespace: str = "default", how: str = "delete") -> None:

@@ -10,7 +10,7 @@ import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
 from hygon_dcu_plugin.host import card_key
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 from plugin_harness import Harness, make_node
 
 HOST_LOGGER = "hygon_dcu_plugin.host"
@@ -100,7 +100,8 @@ def test_mode_off_does_not_offer_a_card_sysfs_does_not_list(
     caplog.set_level(logging.INFO, logger=HOST_LOGGER)
     harness.runtime.refresh()
     assert [d.id for d in harness.runtime.plan()[WHOLE_CARD]] == addresses[:7]
-    assert harness.counts() == {WHOLE_CARD: 7, FAMILY: 0}
+    # Nor its slices: a card without a key is offered in no form.
+    assert harness.counts() == {WHOLE_CARD: 7, FAMILY: 0, SLICED: 28}
     (record,) = _not_offered(caplog)
     assert vars(record)["card"] == 7
     link.symlink_to(target)

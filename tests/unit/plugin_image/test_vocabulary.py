@@ -115,6 +115,9 @@ def test_allocate_refusals_keep_their_labels_and_grpc_codes() -> None:
         "reservation_taken": "FAILED_PRECONDITION",
         "bad_reservation": "FAILED_PRECONDITION",
         "grants_store": "FAILED_PRECONDITION",
+        "slices_unreadable": "FAILED_PRECONDITION",
+        "slice_too_large": "FAILED_PRECONDITION",
+        "card_sliced": "FAILED_PRECONDITION",
     }
     for refusal in AllocateRefusal:
         assert re.fullmatch(r"\w+", refusal.value)

@@ -13,7 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from hygon_dcu_plugin.placement import CardView, max_remaining, remaining
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, profile_resource
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD, profile_resource
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
@@ -26,7 +26,12 @@ class Device:
 
 
 def token_id(resource: str, number: int) -> str:
-    stem = "partition" if resource == FAMILY else resource.rsplit(".mig-", 1)[-1]
+    if resource == FAMILY:
+        stem = "partition"
+    elif resource == SLICED:
+        stem = "slice"
+    else:
+        stem = resource.rsplit(".mig-", 1)[-1]
     return f"{stem}-{number:03d}"
 
 
@@ -102,7 +107,7 @@ def partition_plan(
     """
     sizes = pool_sizes(cards)
     free = free_capacity(cards)
-    plan: dict[str, list[Device]] = {WHOLE_CARD: []}
+    plan: dict[str, list[Device]] = {WHOLE_CARD: [], SLICED: []}
     for resource, size in sizes.items():
         tokens = set(in_use.get(resource, ()))
         spare = (unlisted or {}).get(resource, 0)
@@ -116,6 +121,12 @@ def whole_card_plan(card_health: Mapping[str, bool]) -> dict[str, list[Device]]:
         WHOLE_CARD: [Device(pci, healthy) for pci, healthy in sorted(card_health.items())],
         FAMILY: [],
     }
+
+
+def slice_plan(pool_size: int, in_use: Collection[str], free: int) -> list[Device]:
+    """Mode off: ``hygon.com/dcu.sliced``, a token per slice the node's cards may hold (the
+    per-card maximum on each), held ones and as many more as can still be placed Healthy."""
+    return token_devices(SLICED, pool_size, in_use, free)
 
 
 def healthy_count(devices: Sequence[Device]) -> int:

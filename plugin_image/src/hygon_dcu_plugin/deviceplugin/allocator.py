@@ -34,14 +34,15 @@ from hygon_dcu_plugin.deviceplugin.advertise import free_capacity
 from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from hygon_dcu_plugin.deviceplugin.events import NORMAL, WARNING, PodEvents
 from hygon_dcu_plugin.deviceplugin.grants import Grant, GrantError, GrantStore, StoreProblem
-from hygon_dcu_plugin.deviceplugin.identify import Target, identify
+from hygon_dcu_plugin.deviceplugin.identify import Target, identify, pod_lookup
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
 from hygon_dcu_plugin.deviceplugin.podresources import PodLister, PodResourcesError
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.response import partition_response, whole_card_response
+from hygon_dcu_plugin.deviceplugin.slice_allocator import SliceAllocator
 from hygon_dcu_plugin.host import card_key
-from hygon_dcu_plugin.kube import ContainerSpec, KubeApi, KubeApiError, Pod
+from hygon_dcu_plugin.kube import ContainerSpec, KubeApi
 from hygon_dcu_plugin.placement import (
     PACK,
     CardView,
@@ -65,6 +66,7 @@ from hygon_dcu_plugin.vocabulary import (
     FAMILY,
     PROFILE_PREFIX,
     RESERVATION_ANNOTATION,
+    SLICED,
     WHOLE_CARD,
     annotation_key,
 )
@@ -201,8 +203,10 @@ class Allocator:
         checkpoint: Checkpoint | None = None,
         advertised: Callable[[str], set[str]] = lambda resource: set(),
         events: PodEvents | None = None,
+        slices: SliceAllocator | None = None,
     ) -> None:
         self.node = node
+        self.slices = slices  # None: this node serves no slices (partition mode on)
         self.events = events if events is not None else PodEvents(kube)
         self.advertised = advertised  # resource -> device ids currently advertised
         self.store = store
@@ -226,7 +230,16 @@ class Allocator:
         started = time.monotonic()
         try:
             if resource == WHOLE_CARD:
-                return self._whole_card(device_ids)
+                with self.locks.node():
+                    return self._whole_card(device_ids)
+            if resource == SLICED:
+                if self.slices is None:
+                    raise RequestRefused(
+                        AllocateRefusal.BAD_REQUEST,
+                        f"{SLICED}: this node serves no slices (partition mode is on)",
+                    )
+                with self.locks.node():
+                    return self.slices.allocate(device_ids)
             if resource != FAMILY:
                 # Profile resources only carry the count the scheduler needs; the partition
                 # is carved by the family's Allocate.
@@ -271,24 +284,7 @@ class Allocator:
                 AllocateRefusal.KUBELET_UNREACHABLE,
                 f"cannot ask the kubelet which container is being admitted: {exc}",
             ) from exc
-        cache: dict[tuple[str, str], Pod | None] = {}
-        if self.node_name:
-            # One list instead of a get per listed pod (List shows every pod on the node).
-            try:
-                pods = self.kube.list_node_pods(self.node_name)
-            except KubeApiError as exc:
-                log.warning(
-                    "listing this node's pods failed; asking pod by pod", extra={"error": str(exc)}
-                )
-                pods = []
-            cache.update({(p.namespace, p.name): p for p in pods})
-
-        def lookup(namespace: str, name: str) -> Pod | None:
-            if (namespace, name) not in cache:
-                # Not in the list (or no list): ask for it alone; None = confirmed gone.
-                cache[(namespace, name)] = self.kube.get_pod(namespace, name)
-            return cache[(namespace, name)]
-
+        lookup = pod_lookup(self.kube, self.node_name)
         target = identify(FAMILY, device_ids, listed, lookup, grants.grants)
         try:
             if target.reuse is not None:
@@ -306,7 +302,7 @@ class Allocator:
 
     def _create(
         self,
-        target: Target,
+        target: Target[Grant],
         request: PartitionRequest,
         device_ids: Sequence[str],
         grants: Sequence[Grant],
@@ -387,7 +383,7 @@ class Allocator:
 
     # where the partition goes ----------------------------------------------------------
     def _decide(
-        self, target: Target, request: PartitionRequest, grants: Sequence[Grant]
+        self, target: Target[Grant], request: PartitionRequest, grants: Sequence[Grant]
     ) -> tuple[Choice[Profile], bool]:
         """Card, profile and placement for the container, and whether a reservation said so.
 
@@ -405,7 +401,7 @@ class Allocator:
             return _by_profile(views, request.profile, self.policy), False
         return _by_size(views, request, self.policy), False
 
-    def _reserved(self, target: Target, request: PartitionRequest) -> Reserved | None:
+    def _reserved(self, target: Target[Grant], request: PartitionRequest) -> Reserved | None:
         """This container's entry of the pod's reservation, None without one, or refused
         with BAD_RESERVATION when it cannot be trusted."""
         pod, container = target.pod, target.container.name
@@ -434,7 +430,7 @@ class Allocator:
 
     def _at_reservation(
         self,
-        target: Target,
+        target: Target[Grant],
         request: PartitionRequest,
         reserved: Reserved,
         *,
@@ -574,7 +570,7 @@ class Allocator:
         )
 
     def _answer_again(
-        self, target: Target, grant: Grant, device_ids: Sequence[str]
+        self, target: Target[Grant], grant: Grant, device_ids: Sequence[str]
     ) -> pb.ContainerAllocateResponse:
         """Same partition again: a retried call, or an app container given the device id of
         an init container of the same pod. Never resolved to a different instance."""
@@ -628,6 +624,16 @@ class Allocator:
             raise RequestRefused(
                 AllocateRefusal.BAD_REQUEST, f"{WHOLE_CARD}: no device id in the request"
             )
+        if self.slices is not None:
+            # Under the node lock: no slice can be created on these cards until we answer.
+            sliced = self.slices.slices_on(pcis)
+            if sliced:
+                raise RequestRefused(
+                    AllocateRefusal.CARD_SLICED,
+                    f"{WHOLE_CARD}: the card is shared by logical slices "
+                    f"({', '.join(sliced[:4])}), so it cannot be given whole until they are "
+                    "released; delete the pod so it is scheduled again",
+                )
         return whole_card_response(self.host_root, self.answer_root, pcis)
 
     def _card_pci(self, device_id: str) -> str:

@@ -1,4 +1,5 @@
-"""Partition grants: which pod's container owns which live instance.
+"""Partition grants: which pod's container owns which live instance; and the store that holds
+them and the slice grants (``slice_grants.py``).
 
 One JSON file per instance, written atomically (temp file, fsync, rename, fsync of the
 directory) BEFORE Allocate answers, so a crash at any instant leaves either no grant (the
@@ -20,6 +21,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+
+from ansible_collections.hygon.dcu.plugins.module_utils.registry import read_file_at
+
+from hygon_dcu_plugin.deviceplugin.slice_grants import SLICE_FILE_NAME, SliceGrant
 
 SCHEMA = 1
 SUFFIX = ".json"
@@ -152,6 +157,7 @@ class Grant:
 @dataclass
 class GrantSet:
     grants: list[Grant] = field(default_factory=list)
+    slices: list[SliceGrant] = field(default_factory=list)
     unreadable: list[tuple[str, str]] = field(default_factory=list)  # (path, why)
     problem: StoreProblem | None = None  # set: the grants (if any) may not be all of them
 
@@ -263,12 +269,12 @@ class GrantStore:
         finally:
             os.close(fd)
 
-    def write(self, grant: Grant) -> None:
+    def write(self, grant: Grant | SliceGrant) -> None:
         """Write (or replace) a grant; GrantError when the directory is missing, a link or not
         a directory (it is never created here)."""
         self._write_file(grant.file_name, grant.to_json())
 
-    def remove(self, grant: Grant) -> None:
+    def remove(self, grant: Grant | SliceGrant) -> None:
         fd = self._opened()
         try:
             os.unlink(grant.file_name, dir_fd=fd)
@@ -310,16 +316,24 @@ class GrantStore:
             # remove_temporaries.
             return
         if not name.endswith(SUFFIX):
-            result.unreadable.append((path, "not a grant file name (expected <uuid>.json)"))
+            result.unreadable.append(
+                (path, "not a grant file name (expected <uuid>.json or vdev<N>.json)")
+            )
             return
+        kind = SliceGrant if SLICE_FILE_NAME.fullmatch(name) else Grant
         try:
-            handle_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            with os.fdopen(handle_fd, encoding="utf-8") as handle:
-                grant = Grant.from_json(handle.read())
+            # A regular file only (a FIFO would block the pass), no link, bounded.
+            grant = kind.from_json(read_file_at(fd, name).decode("utf-8"))
         except (OSError, ValueError, TypeError, KeyError) as exc:
             result.unreadable.append((path, f"{type(exc).__name__}: {exc}"))
             return
         if grant.file_name != name:
-            result.unreadable.append((path, f"names uuid {grant.uuid}, not its file name"))
+            what = (
+                f"vdev {grant.vdev_id}" if isinstance(grant, SliceGrant) else f"uuid {grant.uuid}"
+            )
+            result.unreadable.append((path, f"names {what}, not its file name"))
             return
-        result.grants.append(grant)
+        if isinstance(grant, SliceGrant):
+            result.slices.append(grant)
+        else:
+            result.grants.append(grant)

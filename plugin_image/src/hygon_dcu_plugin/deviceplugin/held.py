@@ -19,7 +19,8 @@ from hygon_dcu_plugin.deviceplugin.podresources import (
     PodLister,
     PodResourcesError,
 )
-from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, profile_resource
+from hygon_dcu_plugin.deviceplugin.slice_grants import SliceGrant
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, SLICED, profile_resource
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +82,13 @@ class _Owners:
             for name in grant.containers
             for c in self._admitting.get((grant.namespace, grant.pod_name, name), ())
         ]
+
+
+def held_slice_tokens(
+    slices: Sequence[SliceGrant], listed: Sequence[ListedPod]
+) -> tuple[set[str], int]:
+    """Slice token ids the kubelet lists as assigned (and every grant's own), and how many
+    slice grants it does not list with a slice id yet (their Allocate is under way)."""
+    in_use = {i for pod in listed for c in pod.containers for i in c.devices.get(SLICED, ())}
+    unlisted = sum(1 for grant in slices if not set(grant.device_ids) & in_use)
+    return in_use | {i for grant in slices for i in grant.device_ids}, unlisted

@@ -16,23 +16,61 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
-from hygon_dcu_plugin.deviceplugin.grants import Grant
 from hygon_dcu_plugin.deviceplugin.podresources import ListedPod
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
-from hygon_dcu_plugin.kube import ContainerSpec, Pod
+from hygon_dcu_plugin.kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from hygon_dcu_plugin.refusal import AllocateRefusal
 
 log = logging.getLogger(__name__)
 
 
+class Claim(Protocol):
+    """What identification reads of a grant (a partition's or a slice's)."""
+
+    @property
+    def pod_uid(self) -> str: ...
+
+    @property
+    def containers(self) -> tuple[str, ...]: ...
+
+    @property
+    def device_ids(self) -> tuple[str, ...]: ...
+
+
+ClaimT = TypeVar("ClaimT", bound=Claim)
+
+
 @dataclass(frozen=True)
-class Target:
+class Target(Generic[ClaimT]):
     pod: Pod
     container: ContainerSpec
     # A live grant of this pod holding one of the requested ids: answer with its partition
     # (a retried call for the same container, or an app container reusing an init container's).
-    reuse: Grant | None = None
+    reuse: ClaimT | None = None
+
+
+def pod_lookup(kube: KubeApi, node_name: str | None) -> Callable[[str, str], Pod | None]:
+    """Pods by namespace and name for one identification: the node's pods in one list (the
+    kubelet's List shows every pod on the node), a get for one the list lacks; None = gone."""
+    cache: dict[tuple[str, str], Pod | None] = {}
+    if node_name:
+        try:
+            pods = kube.list_node_pods(node_name)
+        except KubeApiError as exc:
+            log.warning(
+                "listing this node's pods failed; asking pod by pod", extra={"error": str(exc)}
+            )
+            pods = []
+        cache.update({(p.namespace, p.name): p for p in pods})
+
+    def lookup(namespace: str, name: str) -> Pod | None:
+        if (namespace, name) not in cache:
+            cache[(namespace, name)] = kube.get_pod(namespace, name)
+        return cache[(namespace, name)]
+
+    return lookup
 
 
 def _requesting(pod: Pod, resource: str) -> list[ContainerSpec]:
@@ -41,7 +79,7 @@ def _requesting(pod: Pod, resource: str) -> list[ContainerSpec]:
 
 
 def _pending(
-    pod: Pod, listed: ListedPod, resource: str, grants: Sequence[Grant]
+    pod: Pod, listed: ListedPod, resource: str, grants: Sequence[Claim]
 ) -> ContainerSpec | None:
     done = {name for r in grants if r.pod_uid == pod.uid for name in r.containers}
     app_names = {c.name for c in pod.containers}
@@ -61,8 +99,8 @@ def identify(
     device_ids: Sequence[str],
     listed: Sequence[ListedPod],
     lookup: Callable[[str, str], Pod | None],
-    grants: Sequence[Grant],
-) -> Target:
+    grants: Sequence[ClaimT],
+) -> Target[ClaimT]:
     candidates: list[tuple[Pod, ListedPod]] = []
     for entry in listed:
         if all(c.devices.get(resource) for c in entry.containers):

@@ -56,6 +56,11 @@ class Metrics:
             "hygon_dcu_partition_info",
             "1 per granted partition: uuid -> namespace, pod, container, profile, card.",
         )
+        self.slice_info = Gauge(
+            "hygon_dcu_slice_info",
+            "1 per granted logical slice: vdev -> namespace, pod, container, card, compute "
+            "units, memory in MiB.",
+        )
         self.advertised = Gauge(
             "hygon_dcu_advertised_devices",
             "Healthy devices advertised to the kubelet, by resource.",
@@ -85,6 +90,7 @@ class Metrics:
             self.orphan_collection_stopped,
             self.lost_partitions,
             self.partition_info,
+            self.slice_info,
             self.advertised,
             self.free,
         ]

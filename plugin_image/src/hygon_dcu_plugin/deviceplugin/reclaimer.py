@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
+from ansible_collections.hygon.dcu.plugins.module_utils.dmi import DmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError, InstanceInUse
 from ansible_collections.hygon.dcu.plugins.module_utils.node import (
     Checkpoint,
@@ -43,6 +44,7 @@ from ansible_collections.hygon.dcu.plugins.module_utils.node import (
     UuidMismatch,
 )
 from ansible_collections.hygon.dcu.plugins.module_utils.registry import Finding, conf_path
+from ansible_collections.hygon.dcu.plugins.module_utils.vdevs import VdevError
 
 from hygon_dcu_plugin.deviceplugin.conditions import Conditions
 from hygon_dcu_plugin.deviceplugin.events import WARNING, PodEvents
@@ -56,6 +58,7 @@ from hygon_dcu_plugin.deviceplugin.grants import (
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.lost import LostGrants, grant_lost
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
+from hygon_dcu_plugin.deviceplugin.slice_grants import SliceGrant
 from hygon_dcu_plugin.kube import KubeApi, KubeApiError, Pod, PodEvent, PodRef
 from hygon_dcu_plugin.shown import listing
 
@@ -143,8 +146,12 @@ class Reclaimer:
         checkpoint: Checkpoint | None = None,
         events: PodEvents | None = None,
         delete_pods_with_lost_partitions: bool = False,
+        slices_without_grant: Callable[[list[SliceGrant]], list[str]] | None = None,
     ) -> None:
         self.node = node
+        # Live slices no slice grant names (None: the node serves no slices); raises when
+        # they cannot be read.
+        self.slices_without_grant = slices_without_grant
         self.store = store
         self.kube = kube
         self.events = events if events is not None else PodEvents(kube)
@@ -287,12 +294,15 @@ class Reclaimer:
                     ):
                         where = instance.pci or f"card {card.index}"
                         unnamed.append(f"{where} gi{instance.gpu_instance_id}")
-        except HydmiError as exc:
+            if self.slices_without_grant is not None:
+                slices = self.store.load().slices if problem.fault is StoreFault.UNMARKED else []
+                unnamed += self.slices_without_grant(slices)
+        except (HydmiError, DmiError, VdevError) as exc:
             return f"the cards cannot be read ({exc})"
         if not unnamed:
             return None
         return (
-            f"{len(unnamed)} live partition(s) have no grant in it "
+            f"{len(unnamed)} live partition(s) or slice(s) have no grant in it "
             f"({listing(unnamed[:3], len(unnamed))})"
         )
 
@@ -303,8 +313,9 @@ class Reclaimer:
         for kept in result.kept:
             report.errors.append(f"poison not swept: {kept.path}: {kept.detail}")
 
-    def _pod_done(self, grant: Grant) -> tuple[str | None, Pod | None]:
-        """Why the grant's partition can go (None to keep it), and its pod if it lives."""
+    def pod_done(self, grant: Grant | SliceGrant) -> tuple[str | None, Pod | None]:
+        """Why the grant's partition (or slice) can go (None to keep it), and its pod if it
+        lives."""
         try:
             pod = self.kube.get_pod(grant.namespace, grant.pod_name)
         except KubeApiError as exc:
@@ -352,7 +363,7 @@ class Reclaimer:
         self.lost.found(grant, pod)
 
     def _reclaim_if_done(self, grant: Grant, report: PassReport, cards: _Cards) -> None:
-        why, pod = self._pod_done(grant)
+        why, pod = self.pod_done(grant)
         if why is None and pod is None:
             return
         undecidable = cards.undecidable(grant.card_pci)
@@ -497,10 +508,18 @@ class Reclaimer:
         log.warning("collected an instance no grant owns", extra={"instance": label})
 
     # the loop ----------------------------------------------------------------------------
-    def run(self, stop: threading.Event, resync_seconds: float) -> None:
+    def run(
+        self,
+        stop: threading.Event,
+        resync_seconds: float,
+        one_pass: Callable[[], object] | None = None,
+    ) -> None:
+        """Pass after pass, woken by pod events: ``run_pass`` by default, or ``one_pass``
+        (the slices' reclaim on a node with the mode off)."""
+        step = self.run_pass if one_pass is None else one_pass
         while not stop.is_set():
             try:
-                self.run_pass()
+                step()
             except Exception:
                 log.exception("reclaim pass failed; retrying at the next resync")
             self.wake.wait(resync_seconds)

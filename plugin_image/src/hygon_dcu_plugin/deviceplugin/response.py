@@ -112,3 +112,26 @@ def whole_card_response(
     for pci in pcis[1:]:
         _render_nodes(response, host_root, answer_root, pci)
     return response
+
+
+# Where a slice's workload reads its conf (docs/dev/hardware.md, "Logical slices").
+VDEV_CONF_IN_CONTAINER = "/etc/vdev/docker"
+
+
+def slice_response(
+    host_root: str, answer_root: str, pci: str, conf_path: str, vdev_id: int
+) -> pb.ContainerAllocateResponse:
+    """The card's devices and the vdev's conf, read-only, as ``vdev<N>.conf`` in the directory
+    the vendor runtime scans; no environment variable is needed."""
+    if not os.path.isfile(host_path(host_root, conf_path)):
+        # As for partitions: a missing bind source would become a directory on the host.
+        raise ResponseError(f"the slice's conf file {conf_path} is missing")
+    response = _common(host_root, answer_root, pci)
+    response.mounts.append(
+        pb.Mount(
+            container_path=f"{VDEV_CONF_IN_CONTAINER}/vdev{vdev_id}.conf",
+            host_path=host_path(answer_root, conf_path),
+            read_only=True,
+        )
+    )
+    return response

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Checkpoint, ModeSource, Node
+from ansible_collections.hygon.dcu.plugins.module_utils.vdevs import Vdevs
 
 from hygon_dcu_plugin.config import Settings, kube_name_problem
 from hygon_dcu_plugin.deviceplugin.advertise import (
@@ -24,22 +25,25 @@ from hygon_dcu_plugin.deviceplugin.advertise import (
     free_capacity,
     healthy_count,
     partition_plan,
+    slice_plan,
 )
 from hygon_dcu_plugin.deviceplugin.allocator import Allocator, offered_views
 from hygon_dcu_plugin.deviceplugin.board import DeviceBoard
 from hygon_dcu_plugin.deviceplugin.events import PodEvents
 from hygon_dcu_plugin.deviceplugin.grants import GrantStore
-from hygon_dcu_plugin.deviceplugin.held import held_tokens
+from hygon_dcu_plugin.deviceplugin.held import held_slice_tokens, held_tokens
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import LabelKey, Metrics
-from hygon_dcu_plugin.deviceplugin.podresources import PodLister
+from hygon_dcu_plugin.deviceplugin.podresources import PodLister, PodResourcesError
 from hygon_dcu_plugin.deviceplugin.publisher import GeometryPublisher
 from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.deviceplugin.service import PluginServers
+from hygon_dcu_plugin.deviceplugin.slice_allocator import SliceAllocator, SlicesUnreadable
+from hygon_dcu_plugin.deviceplugin.slice_reclaimer import SlicePassReport, SliceReclaimer
 from hygon_dcu_plugin.deviceplugin.whole_cards import plan_whole_cards
 from hygon_dcu_plugin.geometry import Geometry, of_cards
 from hygon_dcu_plugin.kube import KubeApi
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, profile_resource
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD, profile_resource
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,27 @@ class Runtime:
         self.partitioned = self._read_mode()
         self.publisher = self._publisher()  # before anything can call refresh
         self.events = PodEvents(kube)
+        # Logical slices: served with the mode off only (the driver refuses them with it on).
+        self.vdevs = Vdevs(settings.host_root)
+        self.slices = (
+            None
+            if self.partitioned
+            else SliceAllocator(
+                node,
+                self.vdevs,
+                self.store,
+                kube,
+                lister,
+                locks=self.locks,
+                metrics=self.metrics,
+                events=self.events,
+                host_root=settings.host_root,
+                answer_root=settings.answer_root,
+                node_name=settings.node_name,
+                policy=settings.policy,
+                checkpoint=checkpoint,
+            )
+        )
         self.allocator = Allocator(
             node,
             self.store,
@@ -87,6 +112,7 @@ class Runtime:
             checkpoint=checkpoint,
             advertised=self._advertised,
             events=self.events,
+            slices=self.slices,
         )
         self.reclaimer = Reclaimer(
             node,
@@ -100,6 +126,18 @@ class Runtime:
             events=self.events,
             delete_pods_with_lost_partitions=settings.delete_pods_with_lost_partitions,
         )
+        self.slice_reclaimer = SliceReclaimer(
+            self.vdevs,
+            self.store,
+            pod_done=self.reclaimer.pod_done,
+            locks=self.locks,
+            metrics=self.metrics,
+            events=self.events,
+            host_root=settings.host_root,
+            checkpoint=checkpoint,
+        )
+        if self.slices is not None:
+            self.reclaimer.slices_without_grant = self.slice_reclaimer.without_grant
         # Created (or marked) only when no live partition can lack its grant; else it stays
         # as found, and the reclaimer's passes say why (docs/dev/runtime.md).
         self.reclaimer.settle_store()
@@ -127,7 +165,7 @@ class Runtime:
         return bool(state.current)
 
     def _resources(self) -> list[str]:
-        resources = [WHOLE_CARD, FAMILY]
+        resources = [WHOLE_CARD, FAMILY, SLICED]
         if self.partitioned:
             try:
                 names = sorted({p.name for c in self.node.cards() for p in c.profiles})
@@ -185,7 +223,9 @@ class Runtime:
 
     # counts ----------------------------------------------------------------------------
     def plan(self) -> dict[str, list[Device]]:
-        if not self.partitioned:
+        if self.slices is not None:
+            plan = self._plan_mode_off(self.slices)
+        elif not self.partitioned:
             plan = plan_whole_cards(self.node, self.settings.host_root)
         else:
             cards = self.node.cards()
@@ -194,6 +234,30 @@ class Runtime:
         for resource in self.resources:
             plan.setdefault(resource, [])
         return {r: d for r, d in plan.items() if r in self.resources}
+
+    def _plan_mode_off(self, slices: SliceAllocator) -> dict[str, list[Device]]:
+        """Whole cards and slices: a card holding a slice is not offered whole, a card held
+        whole takes no slice (``slice_view``)."""
+        try:
+            listed = self.lister.list()
+        except PodResourcesError as exc:
+            log.warning(
+                "PodResources List failed; counting held slices from grants only",
+                extra={"error": str(exc)},
+            )
+            listed = []
+        in_use, unlisted = held_slice_tokens(self.store.load().slices, listed)
+        try:
+            view = slices.view(listed)
+        except SlicesUnreadable as exc:
+            # Nothing new is offered on a node whose slices cannot be read; held ones stay.
+            log.error("cannot read the node's slices", extra={"error": str(exc)})
+            plan = plan_whole_cards(self.node, self.settings.host_root)
+            plan[SLICED] = slice_plan(0, in_use, 0)
+            return plan
+        plan = plan_whole_cards(self.node, self.settings.host_root, view.sliced(), view.held_whole)
+        plan[SLICED] = slice_plan(view.pool(), in_use, view.free_slots() + unlisted)
+        return plan
 
     def refresh(self) -> None:
         """Recompute and publish the device lists; on return they reflect every change made
@@ -227,7 +291,8 @@ class Runtime:
         """Live instances and free capacity from the driver; partition attribution from the
         grants (bounded by the partitions a node can hold)."""
         info: dict[LabelKey, float] = {}
-        for grant in self.store.load():
+        loaded = self.store.load()
+        for grant in loaded:
             key: LabelKey = (
                 ("uuid", grant.uuid),
                 ("namespace", grant.namespace),
@@ -238,6 +303,20 @@ class Runtime:
             )
             info[key] = 1.0
         self.metrics.partition_info.set_all(info)
+        self.metrics.slice_info.set_all(
+            {
+                (
+                    ("vdev", str(grant.vdev_id)),
+                    ("namespace", grant.namespace),
+                    ("pod", grant.pod_name),
+                    ("container", grant.containers[0]),
+                    ("card", grant.card_pci),
+                    ("compute_units", str(grant.compute_units)),
+                    ("memory_mib", str(grant.memory_mib)),
+                ): 1.0
+                for grant in loaded.slices
+            }
+        )
         if not self.partitioned:
             self.metrics.live_instances.set_all({})
             self.metrics.free.set_all({})
@@ -267,9 +346,11 @@ class Runtime:
         if self.publisher is not None:
             self.publisher.start()
         self._thread("grpc", lambda: self.servers.run(self.stop_event))
-        if self.partitioned:
+        if self.partitioned or self.slices is not None:
+            one_pass = None if self.partitioned else self.reclaim_slices
             self._thread(
-                "reclaim", lambda: self.reclaimer.run(self.stop_event, self.settings.resync_seconds)
+                "reclaim",
+                lambda: self.reclaimer.run(self.stop_event, self.settings.resync_seconds, one_pass),
             )
             if self.settings.node_name:
                 self._thread(
@@ -280,6 +361,15 @@ class Runtime:
                 )
             else:
                 log.warning("no node name: reclaiming on the periodic resync only")
+
+    def reclaim_slices(self) -> SlicePassReport:
+        """One reclaim pass with the mode off: the store settled, the slices reclaimed, and
+        the counts caught up with the kubelet (as the partition pass ends)."""
+        try:
+            self.reclaimer.settle_store()
+            return self.slice_reclaimer.run_pass()
+        finally:
+            self.refresh()
 
     def alive(self) -> bool:
         publishing = self.publisher is None or self.publisher.alive()

@@ -9,7 +9,7 @@ from hygon_dcu_plugin.deviceplugin.advertise import (
     whole_card_plan,
 )
 from hygon_dcu_plugin.placement import CardView
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 from profile_tables import BW
 
 
@@ -22,6 +22,7 @@ def test_idle_eight_card_bw_node() -> None:
     counts = {r: healthy_count(d) for r, d in plan.items()}
     assert counts == {
         WHOLE_CARD: 0,
+        SLICED: 0,
         FAMILY: 32,
         "hygon.com/dcu.partitioned.mig-2g": 32,
         "hygon.com/dcu.partitioned.mig-4g": 16,

@@ -15,7 +15,13 @@ from hygon_dcu_plugin.deviceplugin.advertise import free_capacity
 from hygon_dcu_plugin.deviceplugin.allocator import offered_views
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import KubeApiError
-from hygon_dcu_plugin.vocabulary import ANNOTATION_PREFIX, FAMILY, PROFILE_PREFIX, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import (
+    ANNOTATION_PREFIX,
+    FAMILY,
+    PROFILE_PREFIX,
+    SLICED,
+    WHOLE_CARD,
+)
 from plugin_harness import Harness, make_node
 
 IDLE_BW = {
@@ -24,6 +30,7 @@ IDLE_BW = {
     "hygon.com/dcu.partitioned.mig-4g.31gb": 16,
     "hygon.com/dcu.partitioned.mig-8g.63gb": 8,
     WHOLE_CARD: 0,
+    SLICED: 0,  # slices exclude the partition mode
 }
 
 
@@ -61,14 +68,14 @@ def test_counts_follow_each_allocation_and_reclaim(harness: Harness) -> None:
     assert harness.counts() == IDLE_BW
 
 
-def test_mode_off_serves_whole_cards_only(
+def test_mode_off_serves_whole_cards_and_slices(
     simulator_build: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     node = make_node(tmp_path / "node", mode_on=False)
     monkeypatch.setenv(simnode.ROOT_ENV, str(node.root))
     harness = Harness(node, tmp_path / "state")
-    assert harness.runtime.resources == [WHOLE_CARD, FAMILY]
-    assert harness.counts() == {WHOLE_CARD: 8, FAMILY: 0}
+    assert harness.runtime.resources == [WHOLE_CARD, FAMILY, SLICED]
+    assert harness.counts() == {WHOLE_CARD: 8, FAMILY: 0, SLICED: 32}
     ids = [d.id for d in harness.runtime.plan()[WHOLE_CARD]]
     assert ids == list(simnode.MODELS["c3000-bw"].pci_addresses)
     response = harness.allocator.allocate(WHOLE_CARD, [ids[2]])
@@ -88,6 +95,7 @@ def test_hypothetical_model_gives_its_own_counts(
     harness = Harness(node, tmp_path / "state")
     assert harness.counts() == {
         WHOLE_CARD: 0,
+        SLICED: 0,
         FAMILY: 16,
         "hygon.com/dcu.partitioned.mig-1g.16gb": 16,
         "hygon.com/dcu.partitioned.mig-2g.32gb": 8,
@@ -211,6 +219,7 @@ def test_thirty_two_concurrent_allocations_then_refusal(harness: Harness) -> Non
         "hygon.com/dcu.partitioned.mig-4g.31gb": 0,
         "hygon.com/dcu.partitioned.mig-8g.63gb": 0,
         WHOLE_CARD: 0,
+        SLICED: 0,
     }
     harness.kube.add_pod(
         "default", "late", {"main": {FAMILY: "1", "hygon.com/dcu.partitioned.mig-2g.15gb": "1"}}
@@ -322,6 +331,7 @@ def test_a_card_that_fails_queries_leaves_the_counts_and_is_never_used(harness: 
         "hygon.com/dcu.partitioned.mig-4g.31gb": 1 + 6 * 2,
         "hygon.com/dcu.partitioned.mig-8g.63gb": 6,
         WHOLE_CARD: 0,
+        SLICED: 0,
     }
     harness.admit("b", "4g.31gb")
     for name in ("c", "d", "e", "f", "g", "h"):

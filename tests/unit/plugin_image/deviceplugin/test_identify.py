@@ -72,7 +72,7 @@ def run(
     entries: list[ListedPod],
     grants: tuple[Grant, ...] | list[Grant] = (),
     device: str = "partition-000",
-) -> Target:
+) -> Target[Grant]:
     table = {p.name: p for p in pods}
     return identify(FAMILY, [device], entries, lambda ns, n: table.get(n), list(grants))
 

@@ -50,3 +50,26 @@ def test_probe_sees_nothing_without_the_conf_mount(harness: Harness, tmp_path: P
     result = run_in_container(harness, harness.spec_file(response, tmp_path / "spec.json"))
     assert result.stdout.strip() == "No HIP GPUs are available"
     assert result.returncode == 1
+
+
+def test_each_slice_container_sees_only_its_own_slice(
+    slice_harness: Harness, tmp_path: Path
+) -> None:
+    first = slice_harness.admit_slice("a", 16 * 1024)
+    second = slice_harness.admit_slice("b", 24 * 1024)
+    seen = []
+    for name, response in (("a", first), ("b", second)):
+        spec = slice_harness.spec_file(response, tmp_path / f"{name}.json")
+        result = run_in_container(slice_harness, spec)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert len(lines) == 1 and "kind=vdev" in lines[0], lines
+        seen.append(lines[0])
+    grants = {g.pod_name: g for g in slice_harness.runtime.store.load().slices}
+    for line, pod in zip(seen, ("a", "b"), strict=True):
+        grant = grants[pod]
+        assert (
+            f"cu_count={grant.compute_units} memory_mib={grant.memory_mib} "
+            f"vdev_id={grant.vdev_id} card=0"
+        ) in line
+    assert grants["a"].memory_mib == 16 * 1024 and grants["b"].memory_mib == 24 * 1024

@@ -11,77 +11,20 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import simnode
 from ansible_collections.hygon.dcu.plugins.module_utils import registry as registry_module
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from damage import FILE_DAMAGE, Damage, drop_lines_with
 from plugin_harness import Harness
 
 PASSES = 3
 STOPPED = "orphan collection stopped"
 
-Damage = Callable[[Path], None]
-
-
-def _truncate(conf: Path) -> None:
-    conf.write_bytes(conf.read_bytes()[: len(conf.read_bytes()) // 2])
-
-
-def _garble(conf: Path) -> None:
-    # Valid uuid line kept, the blocks scrambled: still not a file to trust.
-    lines = conf.read_text().splitlines()
-    conf.write_text("\n".join(line[::-1] if "uuid" not in line else line for line in lines))
-
-
-def _drop_uuid(conf: Path) -> None:
-    text = conf.read_text()
-    conf.write_text("".join(ln for ln in text.splitlines(True) if "mig_uuid" not in ln))
-
-
-def _binary(conf: Path) -> None:
-    conf.write_bytes(bytes(range(256)) * 4)
-
-
-def _huge(conf: Path) -> None:
-    # 50 MB whose first lines are the real file: only the size cap can refuse it.
-    text = conf.read_bytes()
-    with conf.open("ab") as handle:
-        handle.truncate(50 * 1024 * 1024)
-    assert conf.read_bytes()[: len(text)] == text
-
-
-def _symlink(conf: Path) -> None:
-    # The target sits outside ci/, so repairing the link leaves ci/ as the driver had it.
-    real = conf.parent.parent / "aside"
-    conf.rename(real)
-    conf.symlink_to(f"../{real.name}")
-
-
-def _fifo(conf: Path) -> None:
-    conf.unlink()
-    os.mkfifo(conf)
-
-
-def _directory(conf: Path) -> None:
-    # What a container runtime leaves when the file it should bind is missing.
-    conf.unlink()
-    conf.mkdir()
-
-
-DAMAGE: dict[str, Damage] = {
-    "truncated": _truncate,
-    "garbled": _garble,
-    "no-mig-uuid": _drop_uuid,
-    "binary": _binary,
-    "50MB": _huge,
-    "symlink": _symlink,
-    "fifo": _fifo,
-    "directory": _directory,
-}
+DAMAGE: dict[str, Damage] = {**FILE_DAMAGE, "no-mig-uuid": drop_lines_with("mig_uuid")}
 
 
 class Scene:
@@ -195,7 +138,7 @@ def test_a_swept_poison_directory_never_costs_the_claimed_instance(
 ) -> None:
     # Poison semantics kept: the directory is swept (rmdir), and the live instance whose file
     # it replaced is neither destroyed nor treated as nobody's.
-    _directory(scene.conf)
+    FILE_DAMAGE["directory"](scene.conf)
     report = scene.harness.reclaimer.run_pass()
     assert report.swept == [scene.grant.conf_path]
     assert not scene.conf.exists()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import simnode
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
-from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, SLICED, WHOLE_CARD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from plugin_harness import Harness, make_node
@@ -42,6 +42,7 @@ def expected_counts(live: dict[str, tuple[int, set[int], str]]) -> dict[str, int
         taken[card] |= span
     counts = {
         WHOLE_CARD: 0,
+        SLICED: 0,
         FAMILY: len(live) + sum(max(most(p, taken[c]) for p in BW) for c in taken),
     }
     for profile in BW:

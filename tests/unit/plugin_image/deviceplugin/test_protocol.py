@@ -11,14 +11,15 @@ import grpc
 import pytest
 import simnode
 from hygon_dcu_plugin.deviceplugin.podresources import PodResourcesClient
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import Harness
 
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 P4G = "hygon.com/dcu.partitioned.mig-4g.31gb"
 P8G = "hygon.com/dcu.partitioned.mig-8g.63gb"
-IDLE = {FAMILY: 32, P2G: 32, P4G: 16, P8G: 8, WHOLE_CARD: 0}
+# A partition node serves no whole card and no slice.
+IDLE = {FAMILY: 32, P2G: 32, P4G: 16, P8G: 8, WHOLE_CARD: 0, SLICED: 0}
 LIMITS_2G = {FAMILY: "1", P2G: "1"}
 
 
@@ -90,7 +91,7 @@ def test_free_tokens_are_withheld_as_capacity_shrinks(stack: Stack) -> None:
     for i in range(8):
         kube.add_pod("team", f"big{i}", {"main": {FAMILY: "1", P8G: "1"}})
         kubelet.admit("team", f"big{i}", "main", {FAMILY: 1, P8G: 1})
-    assert stack.counts_reach({FAMILY: 8, P2G: 0, P4G: 0, P8G: 8, WHOLE_CARD: 0})
+    assert stack.counts_reach({FAMILY: 8, P2G: 0, P4G: 0, P8G: 8, WHOLE_CARD: 0, SLICED: 0})
     held = kubelet.assigned(FAMILY)
     healthy = {i for i, h in kubelet.devices(FAMILY) if h == "Healthy"}
     assert healthy == held

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import simnode
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 from plugin_harness import Harness
 
 
@@ -69,11 +69,12 @@ def test_a_mode_change_is_picked_up_on_restart(bw_node: simnode.SimNode, short_t
     )
     assert result.returncode == 0, result.stdout + result.stderr
     # The running plugin keeps its resource set (the driver does not tell it)...
-    assert on.runtime.resources[:2] == [WHOLE_CARD, FAMILY] and len(on.runtime.resources) == 5
+    assert on.runtime.resources[:3] == [WHOLE_CARD, FAMILY, SLICED]
+    assert len(on.runtime.resources) == 6
     off = Harness(bw_node, short_tmp)
-    # ...the restarted one serves whole cards only.
-    assert off.runtime.resources == [WHOLE_CARD, FAMILY]
-    assert off.counts() == {WHOLE_CARD: 8, FAMILY: 0}
+    # ...the restarted one serves whole cards and slices, and no partition.
+    assert off.runtime.resources == [WHOLE_CARD, FAMILY, SLICED]
+    assert off.counts() == {WHOLE_CARD: 8, FAMILY: 0, SLICED: 32}
 
 
 def test_after_a_reboot_every_card_has_its_address_and_serves(

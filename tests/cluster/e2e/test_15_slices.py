@@ -1,0 +1,108 @@
+"""Logical slices on the real cluster, mode off (the state test_10 leaves): what the node
+advertises, two pods sharing one card each seeing only its slice, and the slices destroyed as
+the pods complete.
+
+Leaves: the mode off, no slice pod, no vdev.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from e2e_support import (
+    FAMILY,
+    SLICED,
+    WHOLE_CARD,
+    Kube,
+    SimNode,
+    phase,
+    slice_pod,
+    wait_for,
+)
+
+CARDS = 2  # the cluster's simulated node (conftest.cluster_sim)
+GIB = 1024
+
+
+def probe_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("device ")]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def mode_off(kube: Kube, cluster_sim: SimNode) -> None:
+    assert not cluster_sim.mode_on(), "test_10 leaves the node with the mode off"
+    wait_for(
+        "whole cards and slices advertised",
+        lambda: kube.allocatable().get(SLICED) == str(4 * CARDS),
+        180,
+    )
+
+
+def test_the_node_advertises_whole_cards_and_four_slices_per_card(kube: Kube) -> None:
+    allocatable = kube.allocatable()
+    assert allocatable.get(WHOLE_CARD) == str(CARDS)
+    assert allocatable.get(SLICED) == str(4 * CARDS)
+    assert allocatable.get(FAMILY) == "0"
+
+
+class VdevWatch:
+    """When each vdev id was last seen live, polled from the simulated driver at 20 Hz."""
+
+    def __init__(self, sim: SimNode) -> None:
+        self.sim = sim
+        self.last_seen: dict[int, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for vdev in self.sim.status().vdevs:
+                self.last_seen[vdev.id] = now
+            self.stop.wait(0.05)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(5)
+
+
+def test_two_slices_share_one_card_and_go_with_their_pods(kube: Kube, cluster_sim: SimNode) -> None:
+    watch = VdevWatch(cluster_sim)
+    try:
+        # Both run at once (the sleep), so both slices live together on one card.
+        for name, mib in (("slice-16g", 16 * GIB), ("slice-24g", 24 * GIB)):
+            kube.apply(slice_pod(name, mib, command=["sh", "-c", "dcu-probe && sleep 8"]))
+        wait_for(
+            "both slices live",
+            lambda: len(cluster_sim.status().vdevs) == 2,
+            180,
+            interval=0.2,
+        )
+        live = cluster_sim.status().vdevs
+        assert {v.card for v in live} == {0}, live  # binpack: one card
+        assert sorted(v.mem_mib for v in live) == [16 * GIB, 24 * GIB]
+        assert kube.allocatable().get(SLICED) == str(4 * CARDS)  # held + free
+        seen_done: dict[str, float] = {}
+        for name in ("slice-16g", "slice-24g"):
+            wait_for(f"{name} Succeeded", lambda n=name: phase(kube, n) == "Succeeded", 120, 0.1)
+            seen_done[name] = time.monotonic()
+        wait_for("both vdevs destroyed", lambda: not cluster_sim.status().vdevs, 30, 0.1)
+    finally:
+        watch.close()
+    by_memory = {v.mem_mib: v for v in live}
+    for name, mib in (("slice-16g", 16 * GIB), ("slice-24g", 24 * GIB)):
+        vdev = by_memory[mib]
+        lines = probe_lines(kube.logs(name))
+        assert len(lines) == 1, lines
+        assert "kind=vdev" in lines[0], lines[0]
+        assert f"cu_count={vdev.cu_count} memory_mib={mib} vdev_id={vdev.id} card=0" in lines[0]
+        # Gone within a second of the pod being seen Succeeded through the API.
+        lag = watch.last_seen[vdev.id] - seen_done[name]
+        print(f"{name}: vdev {vdev.id} last seen {lag:+.2f}s after Succeeded was seen")
+        assert lag < 1.0, lag
+    for name in ("slice-16g", "slice-24g"):
+        kube.delete_pod(name)
+    assert kube.allocatable().get(WHOLE_CARD) == str(CARDS)
