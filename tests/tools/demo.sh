@@ -8,6 +8,8 @@
 #        Allocate carves its partition, the workload's container sees exactly it, the pod ends
 #        and the plugin reclaims the partition (tests/tools/demo_runtime.py).
 #   8    hygon.dcu.disable_mig tears down and switches the mode off.
+#   9-12 the device plugin again, now serving whole cards and logical slices: two pods get a
+#        slice each on one card, each container sees only its own, both go when the pods end.
 #
 # The simulated node lives under .build/demo-node (a fresh driver install each run;
 # HYGON_DCU_DEMO_NODE overrides the path). Kubernetes steps of the playbooks are switched off:
@@ -86,27 +88,37 @@ playbook() {
   grep -A1 '^PLAY RECAP' "$out" | tail -n 1 | sed 's/^\([^ ]*\) *: */    recap: \1 /; s/ *$//'
 }
 
-log "1/8 enable partition mode on the simulated node (hygon.dcu.enable_mig)"
+log "1/12 enable partition mode on the simulated node (hygon.dcu.enable_mig)"
 playbook enable_mig 1-enable_mig
 
-log "2/8 running it again changes nothing"
+log "2/12 running it again changes nothing"
 playbook enable_mig 2-enable_mig-again
 
-log "3/8 mode on, nothing carved: a workload sees no device"
+log "3/12 mode on, nothing carved: a workload sees no device"
 shown "hy-smi mig -lgi" "$sim/build/hy-smi" mig -lgi
 # The probe looks at its own filesystem view; HYDMI_PROBE_VIEW shows it the simulated host's.
 shown "HYDMI_PROBE_VIEW=<node> dcu-probe" env HYDMI_PROBE_VIEW="$node" "$sim/build/dcu-probe" ||
   true
 
-# 4/8 to 7/8: the device plugin, the kubelet emulator and the fake API server.
+# 4/12 to 7/12: the device plugin, the kubelet emulator and the fake API server.
 PYTHONPATH="$collections:$repo/tests/unit/plugin_image:$repo/tests/support:$sim" \
   "$py" "$repo/tests/tools/demo_runtime.py" --node "$node" --state "$state" \
-  --plugin-log "$logs/plugin.log" --collections "$collections" --first-step 4 --total 8 &
+  --plugin-log "$logs/plugin.log" --collections "$collections" --first-step 4 --total 12 &
 runtime_pid=$!
 wait "$runtime_pid"
 runtime_pid=""
 
-log "8/8 back to whole cards (hygon.dcu.disable_mig): leftover instances go first, then the mode"
+log "8/12 back to whole cards (hygon.dcu.disable_mig): leftover instances go first, then the mode"
 playbook disable_mig 8-disable_mig
 shown "hy-smi" "$sim/build/hy-smi"
+
+# 9/12 to 12/12: the mode is off, so the plugin serves whole cards and logical slices.
+rm -rf "${state:?}"/*
+PYTHONPATH="$collections:$repo/tests/unit/plugin_image:$repo/tests/support:$sim" \
+  "$py" "$repo/tests/tools/demo_runtime.py" --node "$node" --state "$state" \
+  --plugin-log "$logs/plugin-slices.log" --collections "$collections" --first-step 9 \
+  --total 12 --slices &
+runtime_pid=$!
+wait "$runtime_pid"
+runtime_pid=""
 log "demo finished: node at $node, logs in $logs"

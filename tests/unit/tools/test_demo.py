@@ -35,6 +35,17 @@ PROBE = re.compile(
     r"memory_mib=(?P<mib>\d+) mig_uuid=(?P<uuid>[0-9a-f-]{36}) ",
     re.MULTILINE,
 )
+SLICE_GRANT = re.compile(
+    r"^ +pod demo/(?P<pod>\S+) \(hygon\.com/dcu\.sliced\.memory-mib: (?P<asked>\d+)\): the "
+    r"plugin created vdev (?P<vdev>\d+) on card (?P<card>\S+), (?P<cus>\d+) compute units, "
+    r"(?P<mib>\d+) MiB$",
+    re.MULTILINE,
+)
+VDEV_PROBE = re.compile(
+    r"^ +device 0 kind=vdev pci=(?P<pci>\S+) cu_count=(?P<cus>\d+) memory_mib=(?P<mib>\d+) "
+    r"vdev_id=(?P<vdev>\d+) card=(?P<card>\d+)$",
+    re.MULTILINE,
+)
 LGI_HEADER = re.compile(r"^ +GPU +GI_ID +PROFILE_ID +PROFILE +PLACEMENT$", re.MULTILINE)
 LGI_ROW = re.compile(r"^ +\d+ +\d+ +\d+ +\S+ +\d+:\d+$", re.MULTILINE)
 
@@ -88,7 +99,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def test_the_demo_succeeds_through_its_numbered_steps(demo: Run) -> None:
     assert demo.returncode == 0, demo.output
     steps = [(int(m.group(1)), int(m.group(2))) for m in STEP.finditer(demo.output)]
-    assert steps == [(n, 8) for n in range(1, 9)], demo.output
+    assert steps == [(n, 12) for n in range(1, 13)], demo.output
     assert "demo finished" in demo.output.splitlines()[-1]
 
 
@@ -172,3 +183,31 @@ def test_every_process_the_demo_started_is_gone(demo: Run) -> None:
         if state[1] in cmdline or str(demo.node) in cmdline:
             left.append(f"{proc.name}: {cmdline}")
     assert not left, left
+
+
+def test_with_the_mode_off_the_plugin_serves_whole_cards_and_slices(demo: Run) -> None:
+    step9 = demo.step(9)
+    assert re.search(r"^ +hygon\.com/dcu: 2$", step9, re.MULTILINE), step9
+    assert re.search(r"^ +hygon\.com/dcu\.sliced: 8$", step9, re.MULTILINE), step9
+    assert re.search(r"^ +hygon\.com/dcu\.partitioned: 0$", step9, re.MULTILINE), step9
+
+
+def test_two_slices_share_one_card_and_each_container_sees_only_its_own(demo: Run) -> None:
+    grants = {m["pod"]: m for m in SLICE_GRANT.finditer(demo.step(10))}
+    assert set(grants) == {"notebook-a", "notebook-b"}, demo.step(10)
+    assert len({g["card"] for g in grants.values()}) == 1
+    assert {g["asked"] for g in grants.values()} == {g["mib"] for g in grants.values()}
+    assert "/etc/vdev/docker/vdev" in demo.step(10)
+    probes = list(VDEV_PROBE.finditer(demo.step(11)))
+    assert len(probes) == 2, demo.step(11)
+    seen = {(p["vdev"], p["cus"], p["mib"], p["pci"]) for p in probes}
+    assert seen == {(g["vdev"], g["cus"], g["mib"], g["card"]) for g in grants.values()}
+
+
+def test_the_slices_go_when_their_pods_end(demo: Run) -> None:
+    step12 = demo.step(12)
+    assert step12.count("slice reclaimed vdev=") == 2, step12
+    assert "(pod Succeeded)" in step12
+    assert "device plugin stopped (SIGTERM, exit 0)" in step12
+    # The driver's own record: no vdev left.
+    assert (demo.node / ".sim" / "vdevs").read_text().strip() == ""
