@@ -8,7 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ansible_collections.hygon.dcu.plugins.plugin_utils.pods import has_finished, owner_kinds
+from ansible_collections.hygon.dcu.plugins.plugin_utils.pods import (
+    has_finished,
+    owner_kinds,
+    resource_names,
+)
 
 DOCUMENTATION = r"""
 ---
@@ -62,14 +66,7 @@ _value:
 
 
 def _requests_vendor_resource(pod: Mapping[str, Any], vendor_prefix: str) -> bool:
-    spec = pod.get("spec") or {}
-    containers = (spec.get("containers") or []) + (spec.get("initContainers") or [])
-    for container in containers:
-        resources = container.get("resources") or {}
-        names = [*(resources.get("requests") or {}), *(resources.get("limits") or {})]
-        if any(name.startswith(vendor_prefix) for name in names):
-            return True
-    return False
+    return any(name.startswith(vendor_prefix) for name in resource_names(pod))
 
 
 def accelerator_pods(

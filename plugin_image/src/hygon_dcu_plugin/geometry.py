@@ -13,6 +13,17 @@ instance counts); ``owners`` names the pod of each instance the plugin granted, 
 can tell a reservation was carved. Only healthy cards with a device key are listed: what the
 allocator would offer.
 
+Schema 2 adds ``sliced``: with the partition mode off, each card offered for logical slices
+(docs/dev/logical-slices.md), its compute units and memory, how many slices it may hold,
+whether the kubelet holds it whole, and its live slices (compute units, MiB, owner pod uid or
+"" for a slice no grant names)::
+
+    "sliced": [{"pci": "0000:03:00.0", "cu": 80, "mib": 65520, "max": 4, "whole": false,
+                "live": [[21, 16384, "<pod uid>"]]}]
+
+A schema 1 document (a plugin from before slices) reads as one with no sliced card, and a
+geometry without a sliced card (every partition node) is still written as schema 1.
+
 Fail closed: ``decode`` refuses the whole document (GeometryError) on anything it does not
 expect: unknown schema, a wrong type, a number out of range, more entries than the bounds
 below, a placement off the card, a size over MAX_TEXT. Work is linear in the text.
@@ -39,7 +50,8 @@ from hygon_dcu_plugin.host import card_key
 from hygon_dcu_plugin.placement import CardView
 from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION
 
-SCHEMA = 1
+SCHEMA = 2
+SCHEMAS = (1, 2)  # what decode reads
 # Twice an 8-card server (the simulator's limit is 16 too).
 MAX_CARDS = 16
 # Twice the widest card known: the measured C-3000 has 4 slices, the simulator's
@@ -52,6 +64,8 @@ MAX_PLACEMENTS = MAX_SLICES
 MAX_MEMORY_MIB = 1 << 24  # 16 TiB
 MAX_CU = 4096
 MAX_GENERATION = (1 << 53) - 1  # exact in every JSON reader
+# Twice the vendor's 4 slices a card (docs/dev/hardware.md, "Logical slices").
+MAX_LIVE_SLICES = 8
 _PROFILE_NAME_MAX = 32
 _UID_MAX = 64
 _UID = re.compile(rf"[A-Za-z0-9-]{{1,{_UID_MAX}}}")  # a pod uid is a UUID
@@ -104,9 +118,29 @@ class GeoCard:
 
 
 @dataclass(frozen=True, slots=True)
+class GeoSlice:
+    compute_units: int
+    memory_mib: int
+    pod_uid: str  # "" when no grant names it
+
+
+@dataclass(frozen=True, slots=True)
+class GeoSliceCard:
+    """A card offered for logical slices."""
+
+    pci: str
+    compute_units: int
+    memory_mib: int
+    max_slices: int
+    held_whole: bool
+    live: tuple[GeoSlice, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Geometry:
     generation: int
     cards: tuple[GeoCard, ...]
+    sliced: tuple[GeoSliceCard, ...] = ()
 
     def card(self, pci: str) -> GeoCard | None:
         return next((c for c in self.cards if c.pci == pci), None)
@@ -203,9 +237,24 @@ def encode(geometry: Geometry) -> str:
         }
         for card in geometry.cards
     ]
-    return json.dumps(
-        {"v": SCHEMA, "gen": geometry.generation, "cards": cards}, separators=(",", ":")
-    )
+    sliced = [
+        {
+            "pci": card.pci,
+            "cu": card.compute_units,
+            "mib": card.memory_mib,
+            "max": card.max_slices,
+            "whole": card.held_whole,
+            "live": [[s.compute_units, s.memory_mib, s.pod_uid] for s in card.live],
+        }
+        for card in geometry.sliced
+    ]
+    # Without a sliced card the document is schema 1, which extenders from before slices
+    # read: a partition node stays schedulable through a rolling upgrade.
+    doc: dict[str, Any] = {"v": SCHEMA if sliced else 1, "gen": geometry.generation}
+    doc["cards"] = cards
+    if sliced:
+        doc["sliced"] = sliced
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def largest() -> Geometry:
@@ -229,7 +278,16 @@ def largest() -> Geometry:
         )
         for index in range(MAX_CARDS)
     )
-    return Geometry(MAX_GENERATION, cards)
+    # Live slices may not hold more than their card: the widest that add up to it.
+    live = tuple(
+        GeoSlice(MAX_CU // MAX_LIVE_SLICES, MAX_MEMORY_MIB // MAX_LIVE_SLICES, "u" * _UID_MAX)
+        for _slot in range(MAX_LIVE_SLICES)
+    )
+    sliced = tuple(
+        GeoSliceCard(f"ffff:{index:02x}:1f.7", MAX_CU, MAX_MEMORY_MIB, MAX_LIVE_SLICES, False, live)
+        for index in range(MAX_CARDS)
+    )
+    return Geometry(MAX_GENERATION, cards, sliced)
 
 
 MAX_TEXT = len(encode(largest()))
@@ -257,9 +315,15 @@ def decode(text: object) -> Geometry:
         doc = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise GeometryError(f"geometry is not JSON: {str(exc)[:120]}") from None
-    top = _object(doc, "geometry", {"v", "gen", "cards"})
-    if not isinstance(top["v"], int) or isinstance(top["v"], bool) or top["v"] != SCHEMA:
-        raise GeometryError(f"geometry schema {str(top['v'])[:20]!r} is not {SCHEMA}")
+    if not isinstance(doc, dict):
+        raise GeometryError("geometry is not an object")
+    version = doc.get("v")
+    if not isinstance(version, int) or isinstance(version, bool) or version not in SCHEMAS:
+        raise GeometryError(
+            f"geometry schema {str(version)[:20]!r} is not one of {', '.join(map(str, SCHEMAS))}"
+        )
+    keys = {"v", "gen", "cards"} | ({"sliced"} if version >= 2 else set())
+    top = _object(doc, "geometry", keys)
     generation = _int(top["gen"], "gen", 0, MAX_GENERATION)
     # Equal profiles (every card of a model) are held once.
     shared: dict[GeoProfile, GeoProfile] = {}
@@ -269,7 +333,46 @@ def decode(text: object) -> Geometry:
     )
     if len({c.pci for c in cards}) != len(cards):
         raise GeometryError("geometry lists one card twice")
-    return Geometry(generation, cards)
+    sliced = tuple(
+        _slice_card(item, f"sliced[{i}]")
+        for i, item in enumerate(_list(top.get("sliced", []), "sliced", MAX_CARDS))
+    )
+    if len({c.pci for c in sliced}) != len(sliced):
+        raise GeometryError("geometry lists one sliced card twice")
+    return Geometry(generation, cards, sliced)
+
+
+def _slice_card(item: object, where: str) -> GeoSliceCard:
+    obj = _object(item, where, {"pci", "cu", "mib", "max", "whole", "live"})
+    pci = obj["pci"]
+    if not isinstance(pci, str) or not PCI_ADDRESS.fullmatch(pci):
+        raise GeometryError(f"{where}.pci is not a PCI address")
+    whole = obj["whole"]
+    if not isinstance(whole, bool):
+        raise GeometryError(f"{where}.whole is not true or false")
+    compute_units = _int(obj["cu"], f"{where}.cu", 1, MAX_CU)
+    memory_mib = _int(obj["mib"], f"{where}.mib", 1, MAX_MEMORY_MIB)
+    max_slices = _int(obj["max"], f"{where}.max", 1, MAX_LIVE_SLICES)
+    live = []
+    for i, raw in enumerate(_list(obj["live"], f"{where}.live", max_slices)):
+        entry = _list(raw, f"{where}.live[{i}]", 3)
+        if len(entry) != 3:
+            raise GeometryError(f"{where}.live[{i}] is not [compute units, MiB, pod uid]")
+        uid = entry[2]
+        if not isinstance(uid, str) or (uid and not _UID.fullmatch(uid)):
+            raise GeometryError(f'{where}.live[{i}] has no pod uid or ""')
+        live.append(
+            GeoSlice(
+                _int(entry[0], f"{where}.live[{i}] compute units", 1, compute_units),
+                _int(entry[1], f"{where}.live[{i}] MiB", 1, memory_mib),
+                uid,
+            )
+        )
+    if sum(s.compute_units for s in live) > compute_units:
+        raise GeometryError(f"{where}: its live slices hold more compute units than the card")
+    if sum(s.memory_mib for s in live) > memory_mib:
+        raise GeometryError(f"{where}: its live slices hold more memory than the card")
+    return GeoSliceCard(pci, compute_units, memory_mib, max_slices, whole, tuple(live))
 
 
 def _card(item: object, where: str, shared: dict[GeoProfile, GeoProfile]) -> GeoCard:

@@ -22,7 +22,8 @@ the rules about where a container sits in its pod, where Kubernetes leaves room:
   the pod could never be scheduled.
 - A request by size that no profile any node publishes can cover (``offered``, from the
   geometry Leases: ``webhook/offered.py``) is refused: it could never be placed. Without that
-  evidence (``offered`` None or empty) the size is not checked against the nodes.
+  evidence (``offered`` None or empty) the size is not checked against the nodes. Likewise a
+  slice no card any node offers for slices could hold even empty (``slice_cards``).
 
 Whatever the pod, the work is linear in its size and every message is bounded: names and
 values are shortened, lists of names are cut with a count of the rest, and
@@ -44,6 +45,7 @@ from hygon_dcu_plugin.request import (
     RefusedRequest,
     SizedProfile,
     SizeRequest,
+    SliceRequest,
     Violation,
     is_partition,
     is_slice,
@@ -51,6 +53,7 @@ from hygon_dcu_plugin.request import (
     parse_container,
 )
 from hygon_dcu_plugin.shown import MAX_SHOWN_NAMES, listing, shorten, show_names
+from hygon_dcu_plugin.slice_placement import SliceCard, slice_size
 from hygon_dcu_plugin.vocabulary import VENDOR_PREFIX, WHOLE_CARD
 
 __all__ = ["Findings", "PodReading", "Violation", "check_pod", "read_pod"]
@@ -123,11 +126,15 @@ class _MalformedPod(ValueError):
 
 
 Offered = Sequence[SizedProfile] | None
+# The cards the nodes offer for logical slices, each as an empty one (its whole size).
+OfferedSlices = Sequence[SliceCard] | None
 
 
-def check_pod(pod: Mapping[str, Any], offered: Offered = None) -> list[Violation]:
+def check_pod(
+    pod: Mapping[str, Any], offered: Offered = None, *, slice_cards: OfferedSlices = None
+) -> list[Violation]:
     """Every rule the pod breaks, in spec order; an empty list admits the pod."""
-    return list(_violations(pod, offered, []))
+    return list(_violations(pod, offered, [], slice_cards))
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,11 @@ class PodReading:
 
 
 def read_pod(
-    pod: Mapping[str, Any], offered: Offered = None, keep: int = KEPT_VIOLATIONS
+    pod: Mapping[str, Any],
+    offered: Offered = None,
+    keep: int = KEPT_VIOLATIONS,
+    *,
+    slice_cards: OfferedSlices = None,
 ) -> PodReading:
     """The one reading of a pod the webhook and the extender each make: the first ``keep``
     violations of ``check_pod`` (without holding the others) and the partition requests."""
@@ -148,7 +159,7 @@ def read_pod(
     total = 0
     rules: set[Reason] = set()
     partitions: list[tuple[str, PartitionRequest]] = []
-    for violation in _violations(pod, offered, partitions):
+    for violation in _violations(pod, offered, partitions, slice_cards):
         total += 1
         rules.add(violation.reason)
         if len(kept) < keep:
@@ -157,7 +168,10 @@ def read_pod(
 
 
 def _violations(
-    pod: Mapping[str, Any], offered: Offered, partitions: list[tuple[str, PartitionRequest]]
+    pod: Mapping[str, Any],
+    offered: Offered,
+    partitions: list[tuple[str, PartitionRequest]],
+    slice_cards: OfferedSlices = None,
 ) -> Iterator[Violation]:
     """Every violation, in spec order; each app container's partition request that breaks no
     rule of its own is appended to ``partitions`` on the way."""
@@ -175,7 +189,7 @@ def _violations(
         yield Violation(Reason.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
         return
     for container in _containers(pod):
-        yield from _check_container(container, offered, partitions)
+        yield from _check_container(container, offered, partitions, slice_cards)
     if partitioned_count:
         holders = listing(partitioned, partitioned_count)
         for container in _containers(pod):
@@ -183,7 +197,10 @@ def _violations(
 
 
 def _check_container(
-    container: _Container, offered: Offered, asked: list[tuple[str, PartitionRequest]]
+    container: _Container,
+    offered: Offered,
+    asked: list[tuple[str, PartitionRequest]],
+    slice_cards: OfferedSlices = None,
 ) -> Iterator[Violation]:
     """The container's violations; its partition request, when it breaks nothing, goes to
     ``asked``."""
@@ -243,8 +260,24 @@ def _check_container(
             f"no node offers (the largest profile: {largest.name} with {largest.memory_mib} "
             f"MiB and {largest.cu_count} compute units); request a smaller size",
         )
+    elif (
+        isinstance(request, SliceRequest) and slice_cards and not _slice_fits(request, slice_cards)
+    ):
+        card = max(slice_cards, key=lambda c: (c.memory_mib, c.compute_units))
+        yield Violation(
+            Reason.SIZE_NOT_OFFERED,
+            container.name,
+            f"{container.label} requests a slice of {request.describe()}, which no card of "
+            f"any node can hold (the largest: {card.memory_mib} MiB and "
+            f"{card.compute_units} compute units); request a smaller slice",
+        )
     elif isinstance(request, ProfileRequest | SizeRequest):
         asked.append((container.name, request))
+
+
+def _slice_fits(request: SliceRequest, cards: Sequence[SliceCard]) -> bool:
+    """Some card could hold the slice, were it empty."""
+    return any(card.fits(*slice_size(request, card)) for card in cards)
 
 
 def _check_mixing(container: _Container, holders: str) -> Iterator[Violation]:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from e2e_support import (
     NAMESPACE,
-    WHOLE_CARD,
     Kube,
     Playbooks,
     SimNode,
     wait_for,
 )
+from hygon_dcu_plugin.vocabulary import WHOLE_CARD
 from privileges import assert_privileges_as_documented
 
 

@@ -12,15 +12,13 @@ import time
 
 import pytest
 from e2e_support import (
-    FAMILY,
-    SLICED,
-    WHOLE_CARD,
     Kube,
     SimNode,
     phase,
     slice_pod,
     wait_for,
 )
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 
 CARDS = 2  # the cluster's simulated node (conftest.cluster_sim)
 GIB = 1024
@@ -31,7 +29,7 @@ def probe_lines(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def mode_off(kube: Kube, cluster_sim: SimNode) -> None:
+def mode_off(kube: Kube, cluster_sim: SimNode, workload_namespace: str) -> None:
     assert not cluster_sim.mode_on(), "test_10 leaves the node with the mode off"
     wait_for(
         "whole cards and slices advertised",

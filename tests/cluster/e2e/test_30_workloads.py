@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 from e2e_support import (
-    FAMILY,
-    WHOLE_CARD,
     WORKLOAD_NAMESPACE,
     Kube,
     Playbooks,
@@ -22,7 +20,7 @@ from e2e_support import (
     phase,
     wait_for,
 )
-from hygon_dcu_plugin.vocabulary import annotation_key
+from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, annotation_key
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from e2e_support import (
     CLUSTER_SH,
-    FAMILY,
     Kube,
     SimNode,
     granted_uuid,
@@ -20,6 +19,7 @@ from e2e_support import (
     phase,
     wait_for,
 )
+from hygon_dcu_plugin.vocabulary import FAMILY
 
 
 def cluster(*args: str) -> None:

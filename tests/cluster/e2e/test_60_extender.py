@@ -33,7 +33,6 @@ from typing import Any
 import pytest
 import simnode
 from e2e_support import (
-    FAMILY,
     NAMESPACE,
     WORKLOAD_NAMESPACE,
     Kube,
@@ -51,6 +50,7 @@ from e2e_support import (
 )
 from hygon_dcu_plugin import geometry, reservation
 from hygon_dcu_plugin.vocabulary import (
+    FAMILY,
     GEOMETRY_ANNOTATION,
     GEOMETRY_LABEL,
     MEMORY_MIB,

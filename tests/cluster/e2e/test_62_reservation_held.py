@@ -35,7 +35,6 @@ from typing import Any
 
 import pytest
 from e2e_support import (
-    FAMILY,
     Kube,
     Playbooks,
     SimNode,
@@ -52,6 +51,7 @@ from e2e_support import (
 )
 from hygon_dcu_plugin import reservation
 from hygon_dcu_plugin.vocabulary import (
+    FAMILY,
     PROFILE_PREFIX,
     SCHEDULER_NAME,
 )

@@ -15,6 +15,7 @@ import simnode
 from hygon_dcu_plugin.geometry import (
     MAX_CARDS,
     MAX_GENERATION,
+    MAX_MEMORY_MIB,
     MAX_PLACEMENTS,
     MAX_PROFILES,
     MAX_SLICES,
@@ -118,6 +119,7 @@ def test_the_encoding_is_compact_and_states_the_schema_first(
 ) -> None:
     harness = Harness(sim, short_tmp)
     text = encode(of_cards(harness.node.cards(), [], 1))
+    # No sliced card: schema 1, which extenders from before slices read.
     assert text.startswith('{"v":1,')
     assert ": " not in text and ", " not in text
     # 8 cards: about 2 KB for the BW table (docs/dev/extender.md), 4.3 KB for the 8-slice one;
@@ -182,7 +184,8 @@ def _profile(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 REFUSED: dict[str, tuple[Edit, str]] = {
-    "schema 2": (lambda d: d.update(v=2), "schema"),
+    "schema 3": (lambda d: d.update(v=3), "schema"),
+    "schema 1 with sliced": (lambda d: d.update(sliced=[]), re.escape("unexpected ['sliced']")),
     "schema true": (lambda d: d.update(v=True), "schema"),
     "schema text": (lambda d: d.update(v="1"), "schema"),
     "gen true": (lambda d: d.update(gen=True), "gen is not a whole number"),
@@ -419,3 +422,83 @@ def test_the_policy_does_not_place_on_a_reserved_span() -> None:
     assert isinstance(profile, GeoProfile) and profile.name == "4g.31gb"
     full = {"0000:09:00.0": [(2, 2)], "0000:0c:00.0": [(0, 2), (2, 2)]}
     assert choose(card_views(geometry, full), "4g.31gb", PACK) is None
+
+
+# logical slices (schema 2) ------------------------------------------------------------------
+def sliced_doc() -> dict[str, Any]:
+    doc = valid_doc()
+    doc["v"] = 2
+    doc["sliced"] = [
+        {
+            "pci": "0000:0c:00.0",
+            "cu": 80,
+            "mib": 65520,
+            "max": 4,
+            "whole": False,
+            "live": [[21, 16384, "d3b07384-d113-4ec2-a8b4-1e2f3c4d5e6f"], [4, 1024, ""]],
+        }
+    ]
+    return doc
+
+
+def _sliced(doc: dict[str, Any]) -> dict[str, Any]:
+    card: dict[str, Any] = doc["sliced"][0]
+    return card
+
+
+def test_a_schema_1_document_reads_as_one_without_sliced_cards() -> None:
+    assert decode(json.dumps(valid_doc())).sliced == ()
+
+
+def test_sliced_cards_round_trip() -> None:
+    geometry = decode(json.dumps(sliced_doc()))
+    (card,) = geometry.sliced
+    assert (card.pci, card.compute_units, card.memory_mib, card.max_slices) == (
+        "0000:0c:00.0",
+        80,
+        65520,
+        4,
+    )
+    assert [(s.compute_units, s.memory_mib, s.pod_uid) for s in card.live] == [
+        (21, 16384, "d3b07384-d113-4ec2-a8b4-1e2f3c4d5e6f"),
+        (4, 1024, ""),
+    ]
+    assert decode(encode(geometry)) == geometry
+    assert encode(geometry).startswith('{"v":2,')
+
+
+SLICED_REFUSED: dict[str, tuple[Edit, str]] = {
+    "schema 2 without sliced": (lambda d: d.pop("sliced"), re.escape("missing ['sliced']")),
+    "sliced not a list": (lambda d: d.update(sliced={}), "sliced is not a list"),
+    "sliced card twice": (lambda d: d["sliced"].append(_sliced(d)), "one sliced card twice"),
+    "unknown key": (lambda d: _sliced(d).update(x=1), re.escape("unexpected ['x']")),
+    "pci": (lambda d: _sliced(d).update(pci="card0"), "pci is not a PCI address"),
+    "whole not a bool": (lambda d: _sliced(d).update(whole=0), "whole is not true or false"),
+    "cu zero": (lambda d: _sliced(d).update(cu=0), "cu is not a whole number"),
+    "mib too big": (lambda d: _sliced(d).update(mib=MAX_MEMORY_MIB + 1), "mib is not"),
+    "max over the bound": (lambda d: _sliced(d).update(max=9), "max is not a whole number"),
+    "more live than max": (lambda d: _sliced(d).update(max=1), "live has 2 entries; at most 1"),
+    "live entry short": (lambda d: _sliced(d)["live"].append([1, 1]), "is not \\[compute"),
+    "live uid": (lambda d: _sliced(d)["live"][1].__setitem__(2, "a/b"), "has no pod uid"),
+    "live over the card's CUs": (
+        lambda d: _sliced(d)["live"].append([70, 1, ""]),
+        "more compute units than the card",
+    ),
+    "live over the card's memory": (
+        lambda d: _sliced(d)["live"].append([1, 60000, ""]),
+        "more memory than the card",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SLICED_REFUSED))
+def test_decode_refuses_a_bad_sliced_card(case: str) -> None:
+    edit, message = SLICED_REFUSED[case]
+    doc = sliced_doc()
+    edit(doc)
+    with pytest.raises(GeometryError, match=message):
+        decode(json.dumps(doc))
+
+
+def test_the_largest_document_is_legal() -> None:
+    assert decode(encode(largest())) == largest()

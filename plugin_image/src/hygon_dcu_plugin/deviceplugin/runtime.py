@@ -40,8 +40,9 @@ from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.deviceplugin.service import PluginServers
 from hygon_dcu_plugin.deviceplugin.slice_allocator import SliceAllocator, SlicesUnreadable
 from hygon_dcu_plugin.deviceplugin.slice_reclaimer import SlicePassReport, SliceReclaimer
+from hygon_dcu_plugin.deviceplugin.slice_view import sliced_geometry
 from hygon_dcu_plugin.deviceplugin.whole_cards import plan_whole_cards
-from hygon_dcu_plugin.geometry import Geometry, of_cards
+from hygon_dcu_plugin.geometry import Geometry, GeoSliceCard, of_cards
 from hygon_dcu_plugin.kube import KubeApi
 from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD, profile_resource
 
@@ -207,11 +208,25 @@ class Runtime:
         if not self.partitioned:
             if not self.library_usable:
                 raise RuntimeError("the management library was unusable at start")
-            return Geometry(0, ())  # mode off: no card offers partitions
+            # Mode off: no card offers partitions; the cards offered for slices.
+            return Geometry(0, (), self._sliced_geometry())
         owners = [
             (g.card_pci, g.placement_start, g.placement_size, g.pod_uid) for g in self.store.load()
         ]
         return of_cards(self.node.cards(), owners, 0)
+
+    def _sliced_geometry(self) -> tuple[GeoSliceCard, ...]:
+        """Raises when the slices cannot be read (nothing is published then), except on a
+        node without the slice library and without a slice conf file: it has none."""
+        if self.slices is None:
+            return ()
+        try:
+            view = self.slices.view(self.lister.list())
+        except SlicesUnreadable:
+            if self.vdevs.library.load_error is not None and not self.vdevs.conf_paths():
+                return ()
+            raise
+        return sliced_geometry(view, self.store.load().slices)
 
     def _advertised(self, resource: str) -> set[str]:
         devices, _version = self.board.get(resource)

@@ -16,6 +16,8 @@ from ansible_collections.hygon.dcu.plugins.module_utils.cards import Card
 from ansible_collections.hygon.dcu.plugins.module_utils.vdevs import Vdev, VdevCard
 
 from hygon_dcu_plugin.deviceplugin.podresources import ListedPod
+from hygon_dcu_plugin.deviceplugin.slice_grants import SliceGrant
+from hygon_dcu_plugin.geometry import GeoSlice, GeoSliceCard
 from hygon_dcu_plugin.host import card_key
 from hygon_dcu_plugin.slice_placement import SliceCard
 from hygon_dcu_plugin.vocabulary import WHOLE_CARD
@@ -79,3 +81,33 @@ def whole_card_health(
     """Whole-card health with the sliced cards withheld (a held card stays as it was: the
     kubelet must never see a running container's device go bad)."""
     return {pci: ok and (pci in held or pci not in sliced) for pci, ok in health.items()}
+
+
+def sliced_geometry(view: SliceView, grants: Sequence[SliceGrant]) -> tuple[GeoSliceCard, ...]:
+    """The view as the geometry Lease publishes it: every keyed card, with its live slices and
+    the pod each belongs to ("" for a slice no grant names)."""
+    cards = []
+    for index, pci in sorted(view.keys.items()):
+        size = view.sizes.get(index)
+        if size is None:
+            continue
+        live = tuple(
+            GeoSlice(
+                v.compute_units,
+                v.memory_mib,
+                next((g.pod_uid for g in grants if g.matches(v)), ""),
+            )
+            for v in view.vdevs
+            if v.card == index
+        )
+        cards.append(
+            GeoSliceCard(
+                pci,
+                size.compute_units,
+                size.memory_mib,
+                view.per_card,
+                pci in view.held_whole,
+                live,
+            )
+        )
+    return tuple(cards)

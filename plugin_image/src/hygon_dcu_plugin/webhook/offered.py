@@ -1,5 +1,8 @@
-"""The partition profiles any node offers, read from the device plugins' geometry Leases
-(docs/dev/extender.md), so the webhook refuses at creation a size no node could ever cover.
+"""The partition profiles any node offers, and the cards offered for logical slices, read
+from the device plugins' geometry Leases (docs/dev/extender.md), so the webhook refuses at
+creation a size no node could ever cover. ``slice_cards()`` answers like ``profiles()``: the
+sizes of the cards offered for slices (each as an empty card), once per size, only those no
+other card covers in both memory and compute units.
 
 A background thread lists the Leases every ``refresh_seconds``; ``profiles()`` answers the
 last good list while it is younger than ``fresh_seconds``, else None. The check needs evidence
@@ -20,9 +23,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from hygon_dcu_plugin.geometry import GeometryError, GeoProfile, decode, text_of_lease
+from hygon_dcu_plugin.slice_placement import SliceCard
 
 log = logging.getLogger(__name__)
 
@@ -68,16 +73,22 @@ class OfferedProfiles:
         self._clock = clock
         self._lock = threading.Lock()
         self._profiles: tuple[GeoProfile, ...] = ()
+        self._slice_cards: tuple[SliceCard, ...] = ()
         self._listed_at: float | None = None
         self._failing = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    def _fresh_now(self) -> bool:
+        return self._listed_at is not None and self._clock() - self._listed_at <= self._fresh
+
     def profiles(self) -> tuple[GeoProfile, ...] | None:
         with self._lock:
-            if self._listed_at is None or self._clock() - self._listed_at > self._fresh:
-                return None
-            return self._profiles
+            return self._profiles if self._fresh_now() else None
+
+    def slice_cards(self) -> tuple[SliceCard, ...] | None:
+        with self._lock:
+            return self._slice_cards if self._fresh_now() else None
 
     def refresh(self) -> None:
         """List once; a failure keeps the last list (until it is no longer fresh)."""
@@ -93,10 +104,13 @@ class OfferedProfiles:
             self._failing = True
             return
         with self._lock:
-            self._profiles = tuple(found.values())
+            self._profiles = tuple(found.profiles.values())
+            self._slice_cards = tuple(
+                SliceCard(-1, cus, mib) for mib, cus in _frontier(found.slice_sizes)
+            )
             self._listed_at = self._clock()
         if self._failing:
-            log.info("geometry_list_recovered", extra={"profiles": len(found)})
+            log.info("geometry_list_recovered", extra={"profiles": len(found.profiles)})
         self._failing = False
 
     def start(self) -> None:
@@ -114,10 +128,16 @@ class OfferedProfiles:
             self._stop.wait(self._refresh)
 
 
-def _offered(texts: Iterable[str]) -> dict[ProfileKey, GeoProfile]:
-    """Every profile the texts offer, once per (name, memory, compute units); one text at a
-    time is decoded, none is kept."""
-    found: dict[ProfileKey, GeoProfile] = {}
+@dataclass
+class _Found:
+    profiles: dict[ProfileKey, GeoProfile] = field(default_factory=dict)
+    slice_sizes: set[tuple[int, int]] = field(default_factory=set)  # (MiB, compute units)
+
+
+def _offered(texts: Iterable[str]) -> _Found:
+    """Every profile the texts offer, once per (name, memory, compute units), and the sizes of
+    the cards offered for slices; one text at a time is decoded, none is kept."""
+    found = _Found()
     for text in texts:
         try:
             geometry = decode(text)
@@ -125,15 +145,35 @@ def _offered(texts: Iterable[str]) -> dict[ProfileKey, GeoProfile]:
             log.warning("geometry_unreadable", extra={"error": str(exc)[:300]})
             continue
         for profile in geometry.profiles():
-            found.setdefault((profile.name, profile.memory_mib, profile.cu_count), profile)
-        if len(found) > MAX_KEPT:
-            found = _uncovered(found)
-            if len(found) > MAX_KEPT:
+            found.profiles.setdefault((profile.name, profile.memory_mib, profile.cu_count), profile)
+        found.slice_sizes.update((c.memory_mib, c.compute_units) for c in geometry.sliced)
+        if len(found.slice_sizes) > MAX_KEPT:
+            found.slice_sizes = set(_frontier(found.slice_sizes))
+        if len(found.profiles) > MAX_KEPT:
+            found.profiles = _uncovered(found.profiles)
+            if len(found.profiles) > MAX_KEPT:
                 raise ValueError(
                     f"the geometry Leases offer over {MAX_KEPT} profiles that do not cover "
                     "each other, more than this check keeps; are Leases forged?"
                 )
+    if len(found.slice_sizes) > MAX_KEPT:
+        raise ValueError(
+            f"the geometry Leases offer over {MAX_KEPT} slice card sizes that do not cover "
+            "each other, more than this check keeps; are Leases forged?"
+        )
     return found
+
+
+def _frontier(sizes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (MiB, compute units) no other size covers in both: a slice one of the others could
+    hold, these can too."""
+    kept: list[tuple[int, int]] = []
+    most_cu = -1
+    for mib, cus in sorted(set(sizes), key=lambda size: (-size[0], -size[1])):
+        if cus > most_cu:
+            kept.append((mib, cus))
+            most_cu = cus
+    return kept
 
 
 def _uncovered(found: dict[ProfileKey, GeoProfile]) -> dict[ProfileKey, GeoProfile]:

@@ -14,6 +14,7 @@ from typing import Any
 from hygon_dcu_plugin.pod_rules import (
     Findings,
     Offered,
+    OfferedSlices,
     read_pod,
 )
 from hygon_dcu_plugin.serving.body import BadBody
@@ -58,9 +59,11 @@ class Decision:
         return {"apiVersion": API_VERSION, "kind": KIND, "response": answer}
 
 
-def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
-    """Check the request of one AdmissionReview and decide it; ``offered`` is what the nodes
-    publish (``pod_rules.check_pod``)."""
+def decide(
+    review: Mapping[str, Any], offered: Offered = None, slice_cards: OfferedSlices = None
+) -> Decision:
+    """Check the request of one AdmissionReview and decide it; ``offered`` and
+    ``slice_cards`` are what the nodes publish (``pod_rules.check_pod``)."""
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         raise BadReview(
             "wrong-kind",
@@ -98,7 +101,8 @@ def decide(review: Mapping[str, Any], offered: Offered = None) -> Decision:
         metadata = pod.get("metadata")
         if isinstance(metadata, Mapping):
             name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
-    return Decision(uid, read_pod(pod, offered).findings, operation, namespace, name)
+    findings = read_pod(pod, offered, slice_cards=slice_cards).findings
+    return Decision(uid, findings, operation, namespace, name)
 
 
 def _text(value: object) -> str:

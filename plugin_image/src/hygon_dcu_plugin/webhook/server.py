@@ -18,7 +18,7 @@ from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from hygon_dcu_plugin import logs
-from hygon_dcu_plugin.pod_rules import Offered
+from hygon_dcu_plugin.pod_rules import Offered, OfferedSlices
 from hygon_dcu_plugin.serving import malloc_tuning
 from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_BODY,
@@ -56,9 +56,11 @@ class AdmissionServer(BoundedServer):
         metrics: Metrics,
         *,
         offered: Callable[[], Offered] = lambda: None,
+        slice_cards: Callable[[], OfferedSlices] = lambda: None,
         **bounds: Any,
     ) -> None:
         self.offered = offered  # the profiles the nodes publish, or None (webhook/offered.py)
+        self.slice_cards = slice_cards  # the cards offered for slices, or None
         super().__init__(address, certificates, metrics, **bounds)
 
     def handler(self) -> type[BoundedHandler]:
@@ -73,11 +75,11 @@ class AdmissionHandler(BoundedHandler):
 
     def _answer(self, target: str, length: int, started: float) -> None:
         """Read, check and answer the body POSTed to ``target`` (a value of post_paths)."""
-        offered = self.server.offered()
+        offered, slice_cards = self.server.offered(), self.server.slice_cards()
         decision = self._parsed(
             length,
             "the webhook is busy checking other pods; retry",
-            lambda document: decide(document, offered),
+            lambda document: decide(document, offered, slice_cards),
         )
         if decision is None:
             return
@@ -159,6 +161,7 @@ def serve(
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     request_timeout: float = REQUEST_TIMEOUT,
     offered: Callable[[], Offered] = lambda: None,
+    slice_cards: Callable[[], OfferedSlices] = lambda: None,
 ) -> AdmissionServer:
     """Bind the server (port 0 picks a free one); the caller runs ``serve_forever``."""
     metrics = Metrics()
@@ -171,6 +174,7 @@ def serve(
         max_connections=max_connections,
         request_timeout=request_timeout,
         offered=offered,
+        slice_cards=slice_cards,
     )
 
 
@@ -228,6 +232,7 @@ def main(argv: list[str]) -> int:
             max_body=options.max_body_bytes,
             max_connections=options.max_connections,
             offered=offered.profiles if offered is not None else lambda: None,
+            slice_cards=offered.slice_cards if offered is not None else lambda: None,
         ),
     )
     if server is None:

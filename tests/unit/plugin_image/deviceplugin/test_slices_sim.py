@@ -14,6 +14,7 @@ import simnode
 from fake_kube import slice_limits
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.slice_marks import MARK_DIR
+from hygon_dcu_plugin.geometry import decode, encode
 from hygon_dcu_plugin.vocabulary import SLICED, WHOLE_CARD, annotation_key
 from plugin_harness import Harness
 
@@ -164,3 +165,22 @@ def test_each_granted_slice_is_named_in_the_metrics(slice_harness: Harness) -> N
     slice_harness.finish("a")
     slice_harness.runtime.reclaim_slices()
     assert "hygon_dcu_slice_info{" not in slice_harness.runtime.metrics.render()
+
+
+def test_the_geometry_lease_lists_the_cards_offered_for_slices(slice_harness: Harness) -> None:
+    slice_harness.admit_slice("a", 16 * GIB)
+    uid = slice_harness.runtime.store.load().slices[0].pod_uid
+    assert slice_harness.sim.create_vdevs(1, "4", "1024").returncode == 0  # no grant names it
+    published = decode(encode(slice_harness.runtime.geometry()))
+    assert published.cards == ()  # the mode is off: no partition
+    assert len(published.sliced) == 8
+    first, second = published.sliced[:2]
+    assert (first.pci, first.compute_units, first.memory_mib, first.max_slices) == (
+        "0000:09:00.0",
+        80,
+        65520,
+        4,
+    )
+    assert [(s.compute_units, s.memory_mib, s.pod_uid) for s in first.live] == [(21, 16 * GIB, uid)]
+    assert [(s.compute_units, s.memory_mib, s.pod_uid) for s in second.live] == [(4, 1024, "")]
+    assert not first.held_whole

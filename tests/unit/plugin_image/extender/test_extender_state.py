@@ -66,9 +66,9 @@ def test_a_lease_is_trusted_for_its_capped_duration_from_when_it_was_seen_to_cha
     assert lease_view(bare, Sighting.first(bare, 0.0), T0, 0.0)[1] == (
         "no geometry published (the Lease has no hygon.com/dcu.geometry annotation)"
     )
-    future = LeaseInfo("n", '{"v": 2, "gen": 1, "cards": []}', T0, 40)
+    future = LeaseInfo("n", '{"v": 3, "gen": 1, "cards": []}', T0, 40)
     garbled = lease_view(future, Sighting.first(future, 0.0), T0, 0.0)
-    assert garbled == (None, "geometry unreadable: geometry schema '2' is not 1")
+    assert garbled == (None, "geometry unreadable: geometry schema '3' is not one of 1, 2")
 
 
 def test_staleness_is_judged_when_the_node_is_read_not_when_it_was_listed(

@@ -2,8 +2,9 @@
 tests (docs/dev/extender.md, "Bounds").
 
 ``largest_legal``: the largest document the bounds allow (16 cards of 8 slices; a card with 8
-profiles of 8 placements, every slice occupied and owned; every number and name at its
-widest), its profiles distinct from node to node so nothing is shared between nodes.
+profiles of 8 placements, every slice occupied and owned; 16 cards offered for logical slices
+with 8 live slices each; every number and name at its widest), its profiles distinct from node
+to node so nothing is shared between nodes.
 ``over_the_old_bound``: the largest one the extender accepted before those bounds (64 KiB:
 cards of 64 slices with 32 profiles of 64 placements each). Both are written here, not with
 the codec, so they are the same texts whichever bounds the product has; a test checks the
@@ -21,6 +22,7 @@ NAME = 32  # characters of a profile name
 UID = 64  # characters of an owner's pod uid
 MEMORY_MIB = 1 << 24
 CU = 4096
+LIVE_SLICES = 8  # live logical slices a card offered for slices may list
 GENERATION = (1 << 53) - 1
 OLD_MAX_TEXT = 64 * 1024
 
@@ -59,7 +61,25 @@ def largest_legal(node: int, carved: bool = True) -> str:
         }
         for card in range(CARDS)
     ]
-    return _text({"v": 1, "gen": GENERATION, "cards": cards})
+    sliced = [
+        {
+            "pci": f"ffff:{card:02x}:1f.7",
+            "cu": CU,
+            "mib": MEMORY_MIB,
+            "max": LIVE_SLICES,
+            "whole": False,
+            "live": [
+                [
+                    CU // LIVE_SLICES,
+                    MEMORY_MIB // LIVE_SLICES,
+                    f"{node}-{card}-{i}-".ljust(UID, "s"),
+                ]
+                for i in range(LIVE_SLICES)
+            ],
+        }
+        for card in range(CARDS)
+    ]
+    return _text({"v": 2, "gen": GENERATION, "cards": cards, "sliced": sliced})
 
 
 def over_the_old_bound(node: int) -> str:

@@ -17,7 +17,12 @@ import simnode
 from hygon_dcu_plugin import geometry
 from hygon_dcu_plugin.pod_rules import check_pod
 from hygon_dcu_plugin.request import Reason
-from hygon_dcu_plugin.vocabulary import GEOMETRY_SELECTOR
+from hygon_dcu_plugin.vocabulary import (
+    GEOMETRY_SELECTOR,
+    SLICE_COMPUTE_UNITS,
+    SLICE_MEMORY_MIB,
+    SLICED,
+)
 from hygon_dcu_plugin.webhook.offered import OfferedProfiles, lease_lister
 from hygon_dcu_plugin.webhook.server import start_offered
 from in_cluster import NAMESPACE, InCluster, in_cluster
@@ -266,3 +271,67 @@ def test_past_its_bound_only_the_profiles_no_other_covers_are_kept() -> None:
     texts[:] = spread
     profiles.refresh()
     assert profiles.profiles() == held
+
+
+# logical slices ----------------------------------------------------------------------------
+def sliced_text(*sizes: tuple[int, int]) -> str:
+    """A mode-off node's geometry: one card offered for slices per (compute units, MiB)."""
+    cards = tuple(
+        geometry.GeoSliceCard(f"0000:{index + 9:02x}:00.0", cus, mib, 4, False)
+        for index, (cus, mib) in enumerate(sizes)
+    )
+    return geometry.encode(geometry.Geometry(0, (), cards))
+
+
+def slice_pod(memory: int, cu: int | None = None) -> dict[str, Any]:
+    limits = {SLICED: "1", SLICE_MEMORY_MIB: str(memory)}
+    if cu is not None:
+        limits[SLICE_COMPUTE_UNITS] = str(cu)
+    return pod(container("notebook", limits))
+
+
+def slice_offer(*texts: str) -> OfferedProfiles:
+    found = OfferedProfiles(lambda: list(texts))
+    found.refresh()
+    return found
+
+
+def test_a_slice_no_card_can_hold_is_refused_naming_the_largest() -> None:
+    cards = slice_offer(
+        sliced_text((80, 65520)), sliced_text((64, 32768), (80, 65520))
+    ).slice_cards()
+    assert cards is not None and len(cards) == 1  # the smaller card holds nothing more
+    (violation,) = check_pod(slice_pod(65521), slice_cards=cards)
+    assert violation.reason is Reason.SIZE_NOT_OFFERED
+    assert "65520 MiB and 80 compute units" in violation.message
+    assert check_pod(slice_pod(65520), slice_cards=cards) == []
+    assert [v.reason for v in check_pod(slice_pod(1024, 81), slice_cards=cards)] == [
+        Reason.SIZE_NOT_OFFERED
+    ]
+    assert check_pod(slice_pod(1024, 80), slice_cards=cards) == []
+
+
+def test_the_cards_kept_are_those_no_other_covers() -> None:
+    cards = slice_offer(sliced_text((80, 32768), (40, 65520), (40, 32768))).slice_cards() or ()
+    # Neither of the first two covers the other; the third is covered by both.
+    assert sorted((c.compute_units, c.memory_mib) for c in cards) == [(40, 65520), (80, 32768)]
+    assert check_pod(slice_pod(60000, 40), slice_cards=cards) == []
+    assert check_pod(slice_pod(30000, 80), slice_cards=cards) == []
+    assert check_pod(slice_pod(60000, 80), slice_cards=cards) != []
+
+
+def test_without_evidence_a_slice_is_not_checked_against_the_nodes() -> None:
+    assert check_pod(slice_pod(10**6), slice_cards=None) == []
+    assert check_pod(slice_pod(10**6), slice_cards=slice_offer().slice_cards()) == []
+
+
+def test_the_https_server_refuses_a_slice_no_card_can_hold(
+    tmp_path: Path, authority: Authority
+) -> None:
+    published = slice_offer(sliced_text((80, 65520)))
+    with serving(tmp_path, authority, slice_cards=published.slice_cards) as running:
+        status, answer = running.review(admission_review(slice_pod(70000)))
+        assert status == 200 and answer["response"]["allowed"] is False
+        assert "which no card of any node can hold" in answer["response"]["status"]["message"]
+        status, answer = running.review(admission_review(slice_pod(16384)))
+        assert answer["response"]["allowed"] is True

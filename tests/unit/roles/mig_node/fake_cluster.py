@@ -394,7 +394,13 @@ class FakeCluster(Behaviour):
                 }
             )
         elif self.served_mode() == "disabled":
-            allocatable.update({"hygon.com/dcu": str(self.node.cards)})
+            # Whole cards and, the simulated driver having the slice library, 4 slices a card.
+            allocatable.update(
+                {
+                    "hygon.com/dcu": str(self.node.cards),
+                    "hygon.com/dcu.sliced": str(4 * self.node.cards),
+                }
+            )
         return allocatable
 
     def _set_status(self, kind: str, name: str, namespace: str, status: dict[str, Any]) -> None:

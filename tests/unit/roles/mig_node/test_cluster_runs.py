@@ -73,6 +73,38 @@ def test_enable_evicts_only_dcu_pods_through_their_budget_and_restarts_the_plugi
     assert cluster.node_object["spec"].get("unschedulable") is False
 
 
+SLICE_LIMITS = {"hygon.com/dcu.sliced": "1", "hygon.com/dcu.sliced.memory-mib": "8192"}
+
+
+def test_enable_refuses_while_pods_hold_slices_naming_them_before_any_change(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    cluster.add_pod("notebook", limits=SLICE_LIMITS)
+    cluster.add_pod("trainer", limits={"hygon.com/dcu": "1"})
+    for extra in (("--check",), ()):
+        run = run_playbook("enable_mig", *extra, extra_vars=cluster_vars(cluster, tmp_path))
+        assert run.returncode != 0, run.output
+        message = run.failure_messages()[-1]
+        assert "1 pod(s) hold logical slices (ml/notebook)" in message, message
+        assert "hygon_dcu_drain_slices=true" in message
+        assert writes(cluster) == []
+        assert cluster.node.status().mode == 0
+        assert ("ml", "notebook") in cluster.pods
+
+
+def test_enable_with_drain_slices_evicts_the_slice_pods_and_switches(
+    cluster: FakeCluster, tmp_path: Path
+) -> None:
+    cluster.add_pod("notebook", limits=SLICE_LIMITS)
+    settings = cluster_vars(cluster, tmp_path, hygon_dcu_drain_slices=True)
+    run = run_playbook("enable_mig", extra_vars=settings)
+    assert run.returncode == 0, run.output
+    assert ("ml", "notebook") not in cluster.pods
+    assert cluster.node.status().mode == 1
+    again = run_playbook("enable_mig", extra_vars=settings)
+    assert again.returncode == 0 and again.changed == 0, again.output
+
+
 def test_a_node_already_in_the_mode_is_not_even_cordoned(
     sim_node: simnode.SimNode, tmp_path: Path
 ) -> None:
