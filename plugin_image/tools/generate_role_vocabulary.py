@@ -99,6 +99,12 @@ def names() -> list[Name]:
         # scheduler's name, and what the extender and the plugin write.
         Name("memory_mib", vocabulary.MEMORY_MIB, "vocabulary.MEMORY_MIB"),
         Name("compute_units", vocabulary.COMPUTE_UNITS, "vocabulary.COMPUTE_UNITS"),
+        Name("slice_memory_mib", vocabulary.SLICE_MEMORY_MIB, "vocabulary.SLICE_MEMORY_MIB"),
+        Name(
+            "slice_compute_units",
+            vocabulary.SLICE_COMPUTE_UNITS,
+            "vocabulary.SLICE_COMPUTE_UNITS",
+        ),
         Name("scheduler_name", vocabulary.SCHEDULER_NAME, "vocabulary.SCHEDULER_NAME"),
         Name("geometry_label", vocabulary.GEOMETRY_LABEL, "vocabulary.GEOMETRY_LABEL"),
         Name(

@@ -237,9 +237,13 @@ def partition_pod(
 
 
 def slice_pod(name: str, memory_mib: int, command: list[str] | None = None) -> dict[str, Any]:
-    """A pod of one container asking one logical slice of ``memory_mib`` MiB."""
+    """A pod of one container asking one logical slice of ``memory_mib`` MiB, scheduled by the
+    extender's scheduler: no node advertises the slice's size resource, which that scheduler
+    leaves to the extender (the default one would find the pod fits nowhere)."""
     limits = {SLICED: "1", SLICE_MEMORY_MIB: str(memory_mib)}
-    return partition_pod(name, command=command, limits=limits)
+    pod = partition_pod(name, command=command, limits=limits)
+    pod["spec"]["schedulerName"] = SCHEDULER_NAME
+    return pod
 
 
 def phase(kube: Kube, name: str) -> str | None:

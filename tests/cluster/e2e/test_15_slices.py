@@ -1,6 +1,7 @@
 """Logical slices on the real cluster, mode off (the state test_10 leaves): what the node
 advertises, two pods sharing one card each seeing only its slice, and the slices destroyed as
-the pods complete.
+the pods complete. The pods are scheduled by the extender's second scheduler, which counts
+slices and leaves their sizes to the node (the extender does not place slices yet).
 
 Leaves: the mode off, no slice pod, no vdev.
 """
@@ -13,7 +14,10 @@ import time
 import pytest
 from e2e_support import (
     Kube,
+    Playbooks,
     SimNode,
+    deploy_extender,
+    extender_ready,
     phase,
     slice_pod,
     wait_for,
@@ -29,8 +33,14 @@ def probe_lines(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def mode_off(kube: Kube, cluster_sim: SimNode, workload_namespace: str) -> None:
+def mode_off(
+    kube: Kube, cluster_sim: SimNode, playbooks: Playbooks, workload_namespace: str
+) -> None:
     assert not cluster_sim.mode_on(), "test_10 leaves the node with the mode off"
+    # Slice pods go through the extender's scheduler (see e2e_support.slice_pod); test_20's
+    # deploy removes it again.
+    deploy_extender(playbooks, kube)
+    wait_for("the extender and the second scheduler Ready", lambda: extender_ready(kube), 240)
     wait_for(
         "whole cards and slices advertised",
         lambda: kube.allocatable().get(SLICED) == str(4 * CARDS),

@@ -202,6 +202,10 @@ def test_scheduler_configuration_is_v1beta1_with_the_products_names(
             {"name": vocabulary.FAMILY, "ignoredByScheduler": False},
             {"name": vocabulary.MEMORY_MIB, "ignoredByScheduler": True},
             {"name": vocabulary.COMPUTE_UNITS, "ignoredByScheduler": True},
+            # Slices: counted by the scheduler, sized by the node (docs/dev/logical-slices.md).
+            {"name": vocabulary.SLICED, "ignoredByScheduler": False},
+            {"name": vocabulary.SLICE_MEMORY_MIB, "ignoredByScheduler": True},
+            {"name": vocabulary.SLICE_COMPUTE_UNITS, "ignoredByScheduler": True},
         ],
     }
     assert sorted(tls) == ["caData", "certFile", "keyFile", "serverName"]
