@@ -113,4 +113,9 @@ def test_two_slices_share_one_card_and_go_with_their_pods(kube: Kube, cluster_si
         assert lag < 1.0, lag
     for name in ("slice-16g", "slice-24g"):
         kube.delete_pod(name)
-    assert kube.allocatable().get(WHOLE_CARD) == str(CARDS)
+    # Card 0 is offered whole again once its slices are gone (the node status follows).
+    wait_for(
+        "both cards whole again",
+        lambda: kube.allocatable().get(WHOLE_CARD) == str(CARDS),
+        60,
+    )
