@@ -104,6 +104,8 @@ def test_daemonset_mounts(default_render: RoleRun) -> None:
         # the instance-creating process writes the driver's registry
         "/etc/dmi_mig_config": ("/etc/dmi_mig_config", "DirectoryOrCreate", False),
         "/opt/hyhal": ("/opt/hyhal", "Directory", True),
+        # logical slices: the driver writes each vdev's conf, the plugin the exporter's marks
+        "/etc/vdev": ("/etc/vdev", "DirectoryOrCreate", False),
         "/var/lib/hygon-dcu": ("/var/lib/hygon-dcu", "DirectoryOrCreate", False),
         "/etc/hygon-dcu": (None, None, True),
         "/tmp": (None, None, False),
