@@ -25,7 +25,7 @@ import simnode
 import yaml
 from fake_api_server import FakeApiServer, pod
 from hygon_dcu_plugin.kube import API_ACCESS, LOST_POD_DELETE_ACCESS
-from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import minirun_spec
 
@@ -37,7 +37,8 @@ P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 P4G = "hygon.com/dcu.partitioned.mig-4g.31gb"
 P8G = "hygon.com/dcu.partitioned.mig-8g.63gb"
 # An idle 8-card BW node in partition mode (docs/dev/hardware.md's table, 4 slices per card).
-IDLE = {FAMILY: 32, P2G: 32, P4G: 16, P8G: 8, WHOLE_CARD: 0}
+# A partition node serves no whole card and no slice.
+IDLE = {FAMILY: 32, P2G: 32, P4G: 16, P8G: 8, WHOLE_CARD: 0, SLICED: 0}
 MODULE_UTILS_IN_IMAGE = "/opt/hygon-dcu/ansible_collections/hygon/dcu/plugins/module_utils"
 
 HASH_TREE = """
@@ -290,11 +291,14 @@ def test_container_registers_advertises_and_allocates(
     assert used <= set(API_ACCESS) | set(LOST_POD_DELETE_ACCESS)
 
 
-def test_container_on_a_mode_off_node_serves_whole_cards(image: str, short_dir: Path) -> None:
+def test_container_on_a_mode_off_node_serves_whole_cards_and_slices(
+    image: str, short_dir: Path
+) -> None:
     deployment = Deployment(image, short_dir, mode_on=False)
     try:
         kubelet = deployment.kubelet
-        whole_cards = {WHOLE_CARD: 8, FAMILY: 0}
+        # The slice library is found inside the container: four slices a card.
+        whole_cards = {WHOLE_CARD: 8, FAMILY: 0, SLICED: 32}
         assert kubelet.wait_for(lambda: kubelet.counts() == whole_cards, timeout=120), (
             kubelet.counts(),
             deployment.logs(),
