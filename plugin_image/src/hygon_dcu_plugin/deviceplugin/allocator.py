@@ -34,10 +34,10 @@ from hygon_dcu_plugin.deviceplugin.advertise import free_capacity
 from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from hygon_dcu_plugin.deviceplugin.events import NORMAL, WARNING, PodEvents
 from hygon_dcu_plugin.deviceplugin.grants import Grant, GrantError, GrantStore, StoreProblem
-from hygon_dcu_plugin.deviceplugin.identify import Target, identify, pod_lookup
+from hygon_dcu_plugin.deviceplugin.identify import Target, identify_admitted
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
-from hygon_dcu_plugin.deviceplugin.podresources import PodLister, PodResourcesError
+from hygon_dcu_plugin.deviceplugin.podresources import PodLister
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.response import partition_response, whole_card_response
 from hygon_dcu_plugin.deviceplugin.slice_allocator import SliceAllocator
@@ -277,15 +277,14 @@ class Allocator:
             # Placement reads live driver state, so a bad grant cannot cause an overlap;
             # it only blocks orphan collection (see the reclaimer).
             log.error("unreadable partition grants", extra={"grants": grants.unreadable})
-        try:
-            listed = self.lister.list()
-        except PodResourcesError as exc:
-            raise RequestRefused(
-                AllocateRefusal.KUBELET_UNREACHABLE,
-                f"cannot ask the kubelet which container is being admitted: {exc}",
-            ) from exc
-        lookup = pod_lookup(self.kube, self.node_name)
-        target = identify(FAMILY, device_ids, listed, lookup, grants.grants)
+        target, _listed = identify_admitted(
+            FAMILY,
+            device_ids,
+            grants.grants,
+            lister=self.lister,
+            kube=self.kube,
+            node_name=self.node_name,
+        )
         try:
             if target.reuse is not None:
                 return self._answer_again(target, target.reuse, device_ids)

@@ -14,16 +14,16 @@ store's MARK. ``load`` reports why it is not (with no grants unless it is a dire
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ansible_collections.hygon.dcu.plugins.module_utils.registry import read_file_at
 
+from hygon_dcu_plugin.deviceplugin import grant_json
 from hygon_dcu_plugin.deviceplugin.slice_grants import SLICE_FILE_NAME, SliceGrant
 
 SCHEMA = 1
@@ -126,18 +126,11 @@ class Grant:
         )
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["containers"] = list(self.containers)
-        data["device_ids"] = list(self.device_ids)
-        return json.dumps(data, sort_keys=True, indent=1) + "\n"
+        return grant_json.dump(self)
 
     @classmethod
     def from_json(cls, text: str) -> Grant:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"unknown schema {data.get('schema')!r} (this plugin reads {SCHEMA})")
+        data = grant_json.load(text, SCHEMA)
         data["containers"] = tuple(str(c) for c in data["containers"])
         data["device_ids"] = tuple(str(d) for d in data["device_ids"])
         grant = cls(**data)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from hygon_dcu_plugin.deviceplugin.podresources import ListedPod
+from hygon_dcu_plugin.deviceplugin.podresources import ListedPod, PodLister, PodResourcesError
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.kube import ContainerSpec, KubeApi, KubeApiError, Pod
 from hygon_dcu_plugin.refusal import AllocateRefusal
@@ -143,3 +143,25 @@ def identify(
         )
     pod, container = waiting[-1]
     return Target(pod=pod, container=container)
+
+
+def identify_admitted(
+    resource: str,
+    device_ids: Sequence[str],
+    grants: Sequence[ClaimT],
+    *,
+    lister: PodLister,
+    kube: KubeApi,
+    node_name: str | None,
+) -> tuple[Target[ClaimT], list[ListedPod]]:
+    """The container an Allocate call serves, from the kubelet's PodResources List (refused
+    KUBELET_UNREACHABLE when the kubelet cannot answer), and that List."""
+    try:
+        listed = lister.list()
+    except PodResourcesError as exc:
+        raise RequestRefused(
+            AllocateRefusal.KUBELET_UNREACHABLE,
+            f"cannot ask the kubelet which container is being admitted: {exc}",
+        ) from exc
+    lookup = pod_lookup(kube, node_name)
+    return identify(resource, device_ids, listed, lookup, grants), listed

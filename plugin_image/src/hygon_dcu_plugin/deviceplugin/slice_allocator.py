@@ -24,10 +24,10 @@ from ansible_collections.hygon.dcu.plugins.module_utils.vdevs import Vdev, VdevE
 from hygon_dcu_plugin.deviceplugin.api import deviceplugin_v1beta1_pb2 as pb
 from hygon_dcu_plugin.deviceplugin.events import NORMAL, WARNING, PodEvents
 from hygon_dcu_plugin.deviceplugin.grants import GrantError, GrantStore
-from hygon_dcu_plugin.deviceplugin.identify import Target, identify, pod_lookup
+from hygon_dcu_plugin.deviceplugin.identify import Target, identify_admitted
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
-from hygon_dcu_plugin.deviceplugin.podresources import ListedPod, PodLister, PodResourcesError
+from hygon_dcu_plugin.deviceplugin.podresources import ListedPod, PodLister
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.response import slice_response
 from hygon_dcu_plugin.deviceplugin.slice_grants import SliceGrant
@@ -144,15 +144,14 @@ class SliceAllocator:
                 AllocateRefusal.GRANTS_STORE,
                 f"no slice created: the grants store is not usable: {loaded.problem.explain()}",
             )
-        try:
-            listed = self.lister.list()
-        except PodResourcesError as exc:
-            raise RequestRefused(
-                AllocateRefusal.KUBELET_UNREACHABLE,
-                f"cannot ask the kubelet which container is being admitted: {exc}",
-            ) from exc
-        lookup = pod_lookup(self.kube, self.node_name)
-        target = identify(SLICED, device_ids, listed, lookup, loaded.slices)
+        target, listed = identify_admitted(
+            SLICED,
+            device_ids,
+            loaded.slices,
+            lister=self.lister,
+            kube=self.kube,
+            node_name=self.node_name,
+        )
         try:
             if target.reuse is not None:
                 return self._answer_again(target.reuse)

@@ -9,11 +9,12 @@ uuid and its id is reused once destroyed, so the grant records what the driver w
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from ansible_collections.hygon.dcu.plugins.module_utils.vdevs import Vdev
+
+from hygon_dcu_plugin.deviceplugin import grant_json
 
 SLICE_SCHEMA = 1
 SLICE_FILE_NAME = re.compile(r"vdev(0|[1-9][0-9]{0,3})\.json")
@@ -61,20 +62,11 @@ class SliceGrant:
         )
 
     def to_json(self) -> str:
-        data = asdict(self)
-        data["containers"] = list(self.containers)
-        data["device_ids"] = list(self.device_ids)
-        return json.dumps(data, sort_keys=True, indent=1) + "\n"
+        return grant_json.dump(self)
 
     @classmethod
     def from_json(cls, text: str) -> SliceGrant:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        if data.get("schema") != SLICE_SCHEMA:
-            raise ValueError(
-                f"unknown schema {data.get('schema')!r} (this plugin reads {SLICE_SCHEMA})"
-            )
+        data = grant_json.load(text, SLICE_SCHEMA)
         for name in ("containers", "device_ids"):
             if not isinstance(data.get(name), list):
                 raise ValueError(f"field {name} is not a list")

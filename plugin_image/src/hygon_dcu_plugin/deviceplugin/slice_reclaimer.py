@@ -97,8 +97,9 @@ class SliceReclaimer:
         report = SlicePassReport()
         try:
             loaded = self.store.load()
+            seen = _Seen(self._read)
             for grant in loaded.slices:
-                self._reclaim_if_done(grant, report)
+                self._reclaim_if_done(grant, report, seen)
             if loaded.problem is not None:
                 report.orphan_collection_skipped = "skipped: " + loaded.problem.explain()
             elif loaded.unreadable:
@@ -119,11 +120,11 @@ class SliceReclaimer:
             self.last_report = report
         return report
 
-    def _reclaim_if_done(self, grant: SliceGrant, report: SlicePassReport) -> None:
+    def _reclaim_if_done(self, grant: SliceGrant, report: SlicePassReport, seen: _Seen) -> None:
         why, pod = self.pod_done(grant)
         if why is None:
             if pod is not None and not pod.deleting:
-                self._check_live(grant, pod, report)
+                self._check_live(grant, pod, report, seen)
             return
         with self.locks.node():
             live = next((v for v in self._read() if v.id == grant.vdev_id), None)
@@ -179,12 +180,14 @@ class SliceReclaimer:
             "this node and stop it",
         )
 
-    def _check_live(self, grant: SliceGrant, pod: Pod, report: SlicePassReport) -> None:
+    def _check_live(
+        self, grant: SliceGrant, pod: Pod, report: SlicePassReport, seen: _Seen
+    ) -> None:
         """A running pod's slice must still exist; said once per grant."""
         key = (grant.pod_uid, grant.vdev_id)
         if key in self._lost_reported:
             return
-        live = next((v for v in self._read() if v.id == grant.vdev_id), None)
+        live = next((v for v in seen.vdevs() if v.id == grant.vdev_id), None)
         if live is not None and (grant.matches(live) or live.conf is None):
             return
         report.lost.append(grant.label)
@@ -235,6 +238,20 @@ class SliceReclaimer:
                 raise
             return []
         return [f"vdev {v.id} on card {v.card}" for v in live if v.id not in named]
+
+
+class _Seen:
+    """The node's slices read at most once a pass, for the lost-slice checks of running pods
+    (a reclaim reads them again under the node lock: it acts on what it reads)."""
+
+    def __init__(self, read: Callable[[], list[Vdev]]) -> None:
+        self._read = read
+        self._vdevs: list[Vdev] | None = None
+
+    def vdevs(self) -> list[Vdev]:
+        if self._vdevs is None:
+            self._vdevs = self._read()
+        return self._vdevs
 
 
 def _same_size(grant: SliceGrant, vdev: Vdev) -> bool:
