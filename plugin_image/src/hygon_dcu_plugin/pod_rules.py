@@ -134,16 +134,18 @@ def check_pod(
     pod: Mapping[str, Any], offered: Offered = None, *, slice_cards: OfferedSlices = None
 ) -> list[Violation]:
     """Every rule the pod breaks, in spec order; an empty list admits the pod."""
-    return list(_violations(pod, offered, [], slice_cards))
+    return list(_violations(pod, offered, ([], []), slice_cards))
 
 
 @dataclass(frozen=True)
 class PodReading:
     """A pod read once: what it breaks (``findings``) and, when it breaks nothing, what each
-    app container asking for a partition asks (``partitions``, in spec order)."""
+    app container asking for a partition asks (``partitions``, in spec order), and each one
+    asking for a logical slice (``slices``)."""
 
     findings: Findings
     partitions: list[tuple[str, PartitionRequest]]
+    slices: list[tuple[str, SliceRequest]]
 
 
 def read_pod(
@@ -159,22 +161,27 @@ def read_pod(
     total = 0
     rules: set[Reason] = set()
     partitions: list[tuple[str, PartitionRequest]] = []
-    for violation in _violations(pod, offered, partitions, slice_cards):
+    slices: list[tuple[str, SliceRequest]] = []
+    for violation in _violations(pod, offered, (partitions, slices), slice_cards):
         total += 1
         rules.add(violation.reason)
         if len(kept) < keep:
             kept.append(violation)
-    return PodReading(Findings(kept, total, frozenset(rules)), partitions)
+    return PodReading(Findings(kept, total, frozenset(rules)), partitions, slices)
+
+
+# Where a pod's reading collects the requests that break no rule: partitions, slices.
+_Asked = tuple[list[tuple[str, PartitionRequest]], list[tuple[str, SliceRequest]]]
 
 
 def _violations(
     pod: Mapping[str, Any],
     offered: Offered,
-    partitions: list[tuple[str, PartitionRequest]],
+    asked: _Asked,
     slice_cards: OfferedSlices = None,
 ) -> Iterator[Violation]:
-    """Every violation, in spec order; each app container's partition request that breaks no
-    rule of its own is appended to ``partitions`` on the way."""
+    """Every violation, in spec order; each app container's partition or slice request that
+    breaks no rule of its own is appended to ``asked`` on the way."""
     # Walk the containers three times instead of holding them: once to check the shape and
     # find the partitioned ones, once for each container's own rules, once for mixing.
     partitioned: list[str] = []
@@ -189,7 +196,7 @@ def _violations(
         yield Violation(Reason.MALFORMED_POD, "", f"{error}: the pod cannot be checked")
         return
     for container in _containers(pod):
-        yield from _check_container(container, offered, partitions, slice_cards)
+        yield from _check_container(container, offered, asked, slice_cards)
     if partitioned_count:
         holders = listing(partitioned, partitioned_count)
         for container in _containers(pod):
@@ -199,11 +206,11 @@ def _violations(
 def _check_container(
     container: _Container,
     offered: Offered,
-    asked: list[tuple[str, PartitionRequest]],
+    asked: _Asked,
     slice_cards: OfferedSlices = None,
 ) -> Iterator[Violation]:
-    """The container's violations; its partition request, when it breaks nothing, goes to
-    ``asked``."""
+    """The container's violations; its partition or slice request, when it breaks nothing,
+    goes to ``asked``."""
     vendor = container.vendor_resources()
     if container.kind is _Kind.EPHEMERAL:
         if vendor:
@@ -272,7 +279,9 @@ def _check_container(
             f"{card.compute_units} compute units); request a smaller slice",
         )
     elif isinstance(request, ProfileRequest | SizeRequest):
-        asked.append((container.name, request))
+        asked[0].append((container.name, request))
+    elif isinstance(request, SliceRequest):
+        asked[1].append((container.name, request))
 
 
 def _slice_fits(request: SliceRequest, cards: Sequence[SliceCard]) -> bool:

@@ -49,6 +49,16 @@ class SliceCard:
         )
 
 
+def room_text(cards: Sequence[SliceCard]) -> str:
+    """What each card has free, as refusals tell it."""
+    shown = [
+        f"card {c.index}: {c.free_slots} of {c.max_slices} slices, {c.free_compute_units} "
+        f"compute units, {c.free_memory_mib} MiB free"
+        for c in cards
+    ]
+    return "; ".join(shown) or "no card offers slices"
+
+
 def slice_size(request: SliceRequest, card: SliceCard) -> tuple[int, int]:
     """(compute units, MiB) the request takes on ``card``: its own compute units, or the
     card's in proportion to the memory asked (rounded up, at least one, at most the card's)."""

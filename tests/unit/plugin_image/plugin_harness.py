@@ -218,11 +218,16 @@ class Harness:
         compute_units: int | None = None,
         namespace: str = "default",
         uid: str | None = None,
+        annotations: dict[str, str] | None = None,
     ) -> pb.ContainerAllocateResponse:
         """Create a pod of one container asking a slice, list it with no devices, and admit
         it as the kubelet does: a free slice token, Allocate, then listed as held."""
         self.kube.add_pod(
-            namespace, name, {"main": slice_limits(memory_mib, compute_units)}, uid=uid
+            namespace,
+            name,
+            {"main": slice_limits(memory_mib, compute_units)},
+            uid=uid,
+            annotations=annotations,
         )
         key = f"{namespace}/{name}"
         self.kubelet.pods[key] = {"main": {}}

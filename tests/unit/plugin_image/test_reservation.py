@@ -14,6 +14,7 @@ from hygon_dcu_plugin.reservation import (
     Reservation,
     ReservationError,
     Reserved,
+    ReservedSlice,
     decode,
     encode,
 )
@@ -73,6 +74,60 @@ def test_the_documented_example_decodes() -> None:
     assert decode(text) == Reservation(
         "node-a", 1764660000.5, {"train": Reserved("0000:03:00.0", "2g.15gb", 0, 2)}
     )
+
+
+def test_a_slice_reservation_is_schema_2_and_read_back() -> None:
+    reservation = Reservation(
+        "node-1",
+        1764660000.5,
+        {},
+        {"notebook": ReservedSlice(PCI, 21, 16384), "eval": ReservedSlice(PCI, 31, 24576)},
+    )
+    text = encode(reservation)
+    assert json.loads(text)["v"] == 2
+    assert decode(text) == reservation
+    assert reservation.names() == ["eval", "notebook"]
+
+
+def test_a_reservation_without_slices_stays_schema_1() -> None:
+    # A plugin that knows schema 1 only reads every partition reservation still.
+    text = encode(Reservation("node-1", 1.0, {"train": Reserved(PCI, "2g.15gb", 0, 1)}))
+    assert json.loads(text)["v"] == 1
+
+
+def _sliced(**entry: Any) -> str:
+    slice_entry: dict[str, Any] = {"card": PCI, "compute_units": 21, "memory_mib": 16384}
+    slice_entry.update(entry)
+    return json.dumps(_doc(v=2, containers={}, slices={"nb": slice_entry}))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (json.dumps(_doc(v=2)), "exactly"),  # schema 2 names its slices
+        (json.dumps(_doc(slices={})), "exactly"),  # schema 1 has none
+        (json.dumps(_doc(v=2, slices={})), "with at least one slice"),
+        (json.dumps(_doc(v=2, containers={}, slices={})), "1..64 entries"),
+        (
+            json.dumps(
+                _doc(
+                    v=2,
+                    slices={"train": {"card": PCI, "compute_units": 1, "memory_mib": 1}},
+                )
+            ),
+            "both a partition and a slice",
+        ),
+        (_sliced(card="09:00.0"), "card is not a PCI address"),
+        (_sliced(compute_units=0), "compute_units is not a number"),
+        (_sliced(compute_units=True), "compute_units is not a number"),
+        (_sliced(memory_mib=1 << 40), "memory_mib is not a number"),
+        (_sliced(memory_mib="16384"), "memory_mib is not a number"),
+        (_sliced(extra=1), "exactly"),
+        (json.dumps(_doc(v=3)), "schema '3'"),
+    ],
+)
+def test_what_is_not_a_slice_reservation(text: str, why: str) -> None:
+    assert why in _refused(text)
 
 
 def test_an_integer_time_is_seconds() -> None:

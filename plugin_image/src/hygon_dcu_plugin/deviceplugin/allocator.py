@@ -37,6 +37,11 @@ from hygon_dcu_plugin.deviceplugin.grants import Grant, GrantError, GrantStore, 
 from hygon_dcu_plugin.deviceplugin.identify import Target, identify_admitted
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
+from hygon_dcu_plugin.deviceplugin.pod_reservation import (
+    bad_reservation,
+    pod_reservation,
+    reservation_taken,
+)
 from hygon_dcu_plugin.deviceplugin.podresources import PodLister
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.response import partition_response, whole_card_response
@@ -60,12 +65,11 @@ from hygon_dcu_plugin.request import (
     SizeRequest,
     parse_container,
 )
-from hygon_dcu_plugin.reservation import ReservationError, Reserved, decode
+from hygon_dcu_plugin.reservation import Reserved
 from hygon_dcu_plugin.shown import listing, shorten, show_names
 from hygon_dcu_plugin.vocabulary import (
     FAMILY,
     PROFILE_PREFIX,
-    RESERVATION_ANNOTATION,
     SLICED,
     WHOLE_CARD,
     annotation_key,
@@ -165,23 +169,6 @@ def _store_refused(problem: StoreProblem | str) -> RequestRefused:
     why = problem.explain() if isinstance(problem, StoreProblem) else problem
     return RequestRefused(
         AllocateRefusal.GRANTS_STORE, f"no partition carved: the grants store is not usable: {why}"
-    )
-
-
-def _bad_reservation(why: str) -> RequestRefused:
-    return RequestRefused(
-        AllocateRefusal.BAD_RESERVATION,
-        f"the pod's {RESERVATION_ANNOTATION} annotation cannot be used: {why}. The scheduler "
-        "extender writes it just before it binds the pod; delete the pod so it is scheduled "
-        "again (nothing was carved)",
-    )
-
-
-def _reservation_taken(why: str) -> RequestRefused:
-    return RequestRefused(
-        AllocateRefusal.RESERVATION_TAKEN,
-        f"{why}. The partition is not carved anywhere else, since the scheduler placed the "
-        "pod for that reservation; delete the pod so it is scheduled again",
     )
 
 
@@ -403,25 +390,18 @@ class Allocator:
     def _reserved(self, target: Target[Grant], request: PartitionRequest) -> Reserved | None:
         """This container's entry of the pod's reservation, None without one, or refused
         with BAD_RESERVATION when it cannot be trusted."""
-        pod, container = target.pod, target.container.name
-        if RESERVATION_ANNOTATION not in pod.annotations:
+        container = target.container.name
+        reservation = pod_reservation(target.pod.annotations, self.node_name)
+        if reservation is None:
             return None
-        try:
-            reservation = decode(pod.annotations[RESERVATION_ANNOTATION])
-        except ReservationError as exc:
-            raise _bad_reservation(f"{exc}") from exc
-        if self.node_name and reservation.node != self.node_name:
-            raise _bad_reservation(
-                f"it reserves node {reservation.node!r}, but this is node {self.node_name!r}"
-            )
         entry = reservation.containers.get(container)
         if entry is None:
-            raise _bad_reservation(
-                f"it has no entry for container {shorten(container)!r} (it reserves "
-                f"containers: {show_names(sorted(reservation.containers))})"
+            raise bad_reservation(
+                f"it has no partition entry for container {shorten(container)!r} (it reserves "
+                f"containers: {show_names(reservation.names())})"
             )
         if isinstance(request, ProfileRequest) and entry.profile != request.profile:
-            raise _bad_reservation(
+            raise bad_reservation(
                 f"it reserves profile {entry.profile} for container {shorten(container)!r}, "
                 f"which requests {request.profile}"
             )
@@ -449,16 +429,16 @@ class Allocator:
                 if known is None
                 else f"the card is not offered ({known.error or 'no device key'})"
             )
-            raise _reservation_taken(f"{where} cannot be carved: {why}")
+            raise reservation_taken(f"{where} cannot be carved: {why}")
         profile = card.profile(reserved.profile)
         if profile is None:
             offered = ", ".join(p.name for p in card.profiles) or "none"
-            raise _reservation_taken(
+            raise reservation_taken(
                 f"{where} cannot be carved: the card offers no profile {reserved.profile} "
                 f"(it offers: {offered})"
             )
         if isinstance(request, SizeRequest) and not request.covers(profile):
-            raise _bad_reservation(
+            raise bad_reservation(
                 f"it reserves {profile.name} ({_figures(profile)}) for container "
                 f"{shorten(target.container.name)!r}, which requests at least "
                 f"{request.describe()}"
@@ -469,13 +449,13 @@ class Allocator:
         )
         if placement is None:
             legal = " ".join(f"{p.start}:{p.size}" for p in profile.placements) or "none"
-            raise _bad_reservation(
+            raise bad_reservation(
                 f"{reserved.start}:{reserved.size} is not a placement of {profile.name} on card "
                 f"{card.pci} (legal: {legal})"
             )
         overlap = card.occupied & slices_of(placement.start, placement.size)
         if overlap:
-            raise _reservation_taken(
+            raise reservation_taken(
                 f"{where} are taken: slice{'s' if len(overlap) > 1 else ''} "
                 f"{', '.join(map(str, sorted(overlap)))} "
                 f"{self._holders(card, overlap, grants)}"

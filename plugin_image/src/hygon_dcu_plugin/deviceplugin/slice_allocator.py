@@ -4,7 +4,9 @@ being admitted (docs/dev/logical-slices.md, "Device plugin").
 Called under the node lock, which also serialises every create and destroy of a vdev on the
 node: a create answers no id, so the new vdev is the one live after it and not before, and
 only one writer may be at work. In order: identify the container (as for partitions), read its
-slice request, read the node's slices, choose a card (``slice_placement``), create the vdev,
+slice request, read the node's slices, choose a card (the scheduler extender's reservation
+when the pod has one, created exactly as written or refused; else ``slice_placement``), create
+the vdev,
 write its grant (before answering), write the vendor exporter's attribution mark, annotate the
 pod, answer with the card's devices and the vdev's conf. Any failure after the create destroys
 the vdev again and removes what was written for it.
@@ -27,6 +29,11 @@ from hygon_dcu_plugin.deviceplugin.grants import GrantError, GrantStore
 from hygon_dcu_plugin.deviceplugin.identify import Target, identify_admitted
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
+from hygon_dcu_plugin.deviceplugin.pod_reservation import (
+    bad_reservation,
+    pod_reservation,
+    reservation_taken,
+)
 from hygon_dcu_plugin.deviceplugin.podresources import ListedPod, PodLister
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.response import slice_response
@@ -37,8 +44,9 @@ from hygon_dcu_plugin.host import hygon_pci_addresses
 from hygon_dcu_plugin.kube import KubeApi
 from hygon_dcu_plugin.refusal import AllocateRefusal
 from hygon_dcu_plugin.request import RefusedRequest, SliceRequest, parse_container
-from hygon_dcu_plugin.shown import shorten
-from hygon_dcu_plugin.slice_placement import SliceCard, choose_slice_card
+from hygon_dcu_plugin.reservation import Reservation
+from hygon_dcu_plugin.shown import shorten, show_names
+from hygon_dcu_plugin.slice_placement import SliceCard, choose_slice_card, room_text
 from hygon_dcu_plugin.vocabulary import PACK, SLICED, annotation_key
 
 log = logging.getLogger(__name__)
@@ -48,15 +56,6 @@ SLICE_METRIC_LABEL = "slice"  # the profile label of hygon_dcu_allocations_total
 
 class SlicesUnreadable(Exception):
     """The node's slices cannot be read, so nothing may be decided from them."""
-
-
-def _describe(cards: Sequence[SliceCard]) -> str:
-    shown = [
-        f"card {c.index}: {c.free_slots} of {c.max_slices} slices, {c.free_compute_units} "
-        f"compute units, {c.free_memory_mib} MiB free"
-        for c in cards
-    ]
-    return "; ".join(shown) or "no card offers slices"
 
 
 def _too_large(cards: Sequence[SliceCard], request: SliceRequest) -> bool:
@@ -177,7 +176,7 @@ class SliceAllocator:
         )
 
     def _choose(
-        self, request: SliceRequest, listed: Sequence[ListedPod]
+        self, target: Target[SliceGrant], request: SliceRequest, listed: Sequence[ListedPod]
     ) -> tuple[SliceCard, int, int, str]:
         try:
             view = self.view(listed)
@@ -188,6 +187,9 @@ class SliceAllocator:
                 "on no partial view. Check the driver (hy-smi virtual -show-vdevice-info)",
             ) from exc
         cards = view.offered()
+        reservation = pod_reservation(target.pod.annotations, self.node_name)
+        if reservation is not None:
+            return self._at_reservation(target, request, reservation, cards, view.keys)
         choice = choose_slice_card(cards, request, self.policy)
         if choice is not None:
             card, cus, mib = choice
@@ -202,9 +204,48 @@ class SliceAllocator:
             )
         raise RequestRefused(
             AllocateRefusal.NO_CAPACITY,
-            f"no card has room for a slice of {request.describe()}: {_describe(cards)}. Wait "
+            f"no card has room for a slice of {request.describe()}: {room_text(cards)}. Wait "
             "for slices to be released or request a smaller one",
         )
+
+    def _at_reservation(
+        self,
+        target: Target[SliceGrant],
+        request: SliceRequest,
+        reservation: Reservation,
+        cards: Sequence[SliceCard],
+        keys: dict[int, str],
+    ) -> tuple[SliceCard, int, int, str]:
+        """The card and size the extender reserved for the container, created as written or
+        refused: another card would break its count of what the node still holds."""
+        name = target.container.name
+        entry = reservation.slices.get(name)
+        if entry is None:
+            raise bad_reservation(
+                f"it has no slice entry for container {shorten(name)!r} (it reserves "
+                f"containers: {show_names(reservation.names())})"
+            )
+        asked_cus = request.compute_units
+        if entry.memory_mib != request.memory_mib or asked_cus not in (None, entry.compute_units):
+            raise bad_reservation(
+                f"it reserves a slice of {entry.memory_mib} MiB and {entry.compute_units} "
+                f"compute units for container {shorten(name)!r}, which requests "
+                f"{request.describe()}"
+            )
+        where = (
+            f"the slice of {entry.compute_units} compute units and {entry.memory_mib} MiB "
+            f"reserved on card {entry.card} for container {shorten(name)!r}"
+        )
+        card = next((c for c in cards if keys.get(c.index) == entry.card), None)
+        if card is None:
+            raise reservation_taken(
+                f"{where} cannot be created: this node offers no card with that address for "
+                "slices (absent, unkeyed or held whole)",
+                "slice",
+            )
+        if not card.fits(entry.compute_units, entry.memory_mib):
+            raise reservation_taken(f"{where} cannot be created: {room_text([card])}", "slice")
+        return card, entry.compute_units, entry.memory_mib, entry.card
 
     def _create(
         self,
@@ -213,7 +254,7 @@ class SliceAllocator:
         device_ids: Sequence[str],
         listed: Sequence[ListedPod],
     ) -> pb.ContainerAllocateResponse:
-        card, cus, mib, pci = self._choose(request, listed)
+        card, cus, mib, pci = self._choose(target, request, listed)
         pod, container = target.pod, target.container
         try:
             vdev = self.vdevs.create(card.index, cus, mib)

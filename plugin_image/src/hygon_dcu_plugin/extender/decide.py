@@ -35,12 +35,15 @@ MAX_SCORE = 10  # the 1.20 extender API's MaxExtenderPriority
 @dataclass(frozen=True)
 class NodeState:
     """One node as the extender sees it: its published geometry (None when unusable, with
-    ``why``) and the spans reserved on it but maybe not carved yet (card pci -> spans)."""
+    ``why``) and what is reserved on it but maybe not carved yet: partition spans and logical
+    slices, each by card pci."""
 
     name: str
     geometry: Geometry | None
     why: str = ""
     reserved: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # card pci -> the (compute units, MiB) of the logical slices reserved there
+    reserved_slices: Mapping[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,25 @@ class Assignment:
 
 
 @dataclass(frozen=True)
+class SliceAssignment:
+    """What one container gets of logical slices: card (PCI address), its size."""
+
+    container: str
+    card: str
+    compute_units: int
+    memory_mib: int
+
+
+@dataclass(frozen=True)
 class Placed:
+    """Where a pod's containers go, and the node's room after them out of its capacity (in
+    partition slices for a partition pod, in MiB for a logical-slice pod): ``score`` reads
+    the two as a fraction."""
+
     assignments: tuple[Assignment, ...]
-    free_slices_after: int
-    total_slices: int
+    free_after: int
+    capacity: int
+    slices: tuple[SliceAssignment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,8 +222,8 @@ def score(placed: Placed, policy: str) -> int:
     """0..MAX_SCORE: binpack scores the node fuller after the pod higher, spread emptier."""
     if policy not in NODE_POLICIES:
         raise ValueError(f"unknown node policy {policy!r}; use one of {NODE_POLICIES}")
-    if placed.total_slices == 0:
+    if placed.capacity == 0:
         return 0
-    used = placed.total_slices - placed.free_slices_after
-    fullness = used * MAX_SCORE // placed.total_slices
+    used = placed.capacity - placed.free_after
+    fullness = used * MAX_SCORE // placed.capacity
     return fullness if policy == BINPACK else MAX_SCORE - fullness

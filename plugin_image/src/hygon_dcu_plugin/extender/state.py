@@ -2,8 +2,9 @@
 reservation table (what bind reserved and the node has not carved yet). Thread-safe.
 
 One background thread refreshes both every ``refresh_seconds``: it lists the geometry Leases
-and the reserved pods, and releases a reserved span only when
-- the Lease's owners show that pod carved it there (the geometry counts it from then on);
+and the reserved pods, and releases a reserved span (or logical slice) only when
+- the Lease's owners show that pod carved it there (the geometry counts it from then on; a
+  slice is carved when the card lists a live slice of that size for that pod);
 - the pod is gone, finished, or bound to another node (only for entries made before the list
   was asked for, so a bind in flight is never released under it).
 Never for its age: the allocator carves exactly the reservation whenever the kubelet admits
@@ -40,7 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from hygon_dcu_plugin.config import BOUNDS
@@ -54,7 +55,7 @@ from hygon_dcu_plugin.extender.kube import (
     PodRef,
 )
 from hygon_dcu_plugin.geometry import MAX_TEXT, Geometry, GeometryError, decode
-from hygon_dcu_plugin.reservation import Reservation, ReservationError, Reserved
+from hygon_dcu_plugin.reservation import Reservation, ReservationError, Reserved, ReservedSlice
 from hygon_dcu_plugin.reservation import decode as decode_reservation
 from hygon_dcu_plugin.vocabulary import GEOMETRY_ANNOTATION, RESERVATION_ANNOTATION
 
@@ -74,7 +75,8 @@ MAX_LEASE_SECONDS = int(BOUNDS["geometry_lease_seconds"][1])
 
 @dataclass(frozen=True)
 class PodReservation:
-    """One pod's reservation in the table: per container, the card and placement reserved."""
+    """One pod's reservation in the table: per container, the card and placement reserved
+    (``containers``, partitions) or the card and size (``slices``, logical slices)."""
 
     pod: PodRef
     node: str
@@ -82,6 +84,7 @@ class PodReservation:
     made_at: float  # seconds since the epoch (the annotation's "at")
     added: float  # time.monotonic() when it entered the table
     reported: bool = False  # its Warning for not being carved in time was given
+    slices: Mapping[str, ReservedSlice] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,27 @@ def _carved(geometry: Geometry, reserved: Reserved, uid: str) -> bool:
     )
 
 
+def _slices_left(
+    geometry: Geometry, slices: Mapping[str, ReservedSlice], uid: str
+) -> dict[str, ReservedSlice]:
+    """The reserved slices the geometry does not show created for the pod: a live slice of the
+    pod on the card, of the reserved size, counts for one container (in name order)."""
+    live: dict[tuple[str, int, int], int] = {}
+    for card in geometry.sliced:
+        for item in card.live:
+            if item.pod_uid == uid:
+                key = (card.pci, item.compute_units, item.memory_mib)
+                live[key] = live.get(key, 0) + 1
+    left = {}
+    for name, reserved in sorted(slices.items()):
+        key = (reserved.card, reserved.compute_units, reserved.memory_mib)
+        if live.get(key, 0) > 0:
+            live[key] -= 1
+        else:
+            left[name] = reserved
+    return left
+
+
 def _made_at(pod: PodInfo) -> float | None:
     """When the pod's reservation was made, or None when it has none that can be read."""
     try:
@@ -222,9 +246,29 @@ def _made_at(pod: PodInfo) -> float | None:
 
 def _spans_text(entry: PodReservation) -> str:
     return ", ".join(
-        f"{r.profile} at card {r.card} slices {r.start}:{r.size} (container {name})"
-        for name, r in sorted(entry.containers.items())
+        [
+            *(
+                f"{r.profile} at card {r.card} slices {r.start}:{r.size} (container {name})"
+                for name, r in sorted(entry.containers.items())
+            ),
+            *(
+                f"a logical slice of {r.compute_units} compute units and {r.memory_mib} MiB at "
+                f"card {r.card} (container {name})"
+                for name, r in sorted(entry.slices.items())
+            ),
+        ]
     )
+
+
+# node -> card pci -> pairs of figures reserved there
+_PerCard = dict[str, dict[str, tuple[tuple[int, int], ...]]]
+
+
+def _frozen(per_node: dict[str, dict[str, list[tuple[int, int]]]]) -> _PerCard:
+    return {
+        node: {card: tuple(items) for card, items in cards.items() if items}
+        for node, cards in per_node.items()
+    }
 
 
 class ExtenderState:
@@ -286,16 +330,16 @@ class ExtenderState:
             return self.node_states([name], exclude_uid)[0]
         now, seen_now = self._clock(), self._monotonic()
         with self._lock:
-            reserved = self._spans(exclude_uid).get(name, {})
+            spans, slices = self._spans(exclude_uid)
             sighting = self._sight(lease, seen_now)
         geometry, why = lease_view(lease, sighting, now, seen_now, self._geometries)
-        return NodeState(name, geometry, why, reserved)
+        return NodeState(name, geometry, why, spans.get(name, {}), slices.get(name, {}))
 
     def node_states(self, names: Iterable[str], exclude_uid: str = "") -> list[NodeState]:
         """``node_state`` of each node, read at once (one pass over the table for all)."""
         now, seen_now = self._clock(), self._monotonic()
         with self._lock:
-            spans = self._spans(exclude_uid)
+            spans, slices = self._spans(exclude_uid)
             entries = [(name, self._nodes.get(name), self._sightings.get(name)) for name in names]
         states = []
         for name, entry, sighting in entries:
@@ -307,7 +351,7 @@ class ExtenderState:
                 seen = sighting or Sighting.first(entry.lease, seen_now)
                 why = _stale(entry.lease, seen, now, seen_now) or entry.error
                 geometry = None if why else entry.geometry
-            states.append(NodeState(name, geometry, why, spans.get(name, {})))
+            states.append(NodeState(name, geometry, why, spans.get(name, {}), slices.get(name, {})))
         return states
 
     def _sight(self, lease: LeaseInfo, seen_now: float) -> Sighting:
@@ -317,19 +361,22 @@ class ExtenderState:
         self._sightings[lease.name] = sighting
         return sighting
 
-    def _spans(self, exclude_uid: str) -> dict[str, dict[str, tuple[tuple[int, int], ...]]]:
-        """node -> card -> the spans reserved there (but those of ``exclude_uid``)."""
+    def _spans(self, exclude_uid: str) -> tuple[_PerCard, _PerCard]:
+        """node -> card -> the partition spans (start, size) reserved there, and node -> card
+        -> the logical slices (compute units, MiB) reserved there; but those of
+        ``exclude_uid``."""
         spans: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        slices: dict[str, dict[str, list[tuple[int, int]]]] = {}
         for uid, entry in self._table.items():
             if uid == exclude_uid:
                 continue
             cards = spans.setdefault(entry.node, {})
             for reserved in entry.containers.values():
                 cards.setdefault(reserved.card, []).append((reserved.start, reserved.size))
-        return {
-            node: {card: tuple(items) for card, items in cards.items()}
-            for node, cards in spans.items()
-        }
+            sliced = slices.setdefault(entry.node, {})
+            for item in entry.slices.values():
+                sliced.setdefault(item.card, []).append((item.compute_units, item.memory_mib))
+        return _frozen(spans), _frozen(slices)
 
     def reservation_of(self, uid: str) -> PodReservation | None:
         with self._lock:
@@ -354,7 +401,12 @@ class ExtenderState:
     def hold(self, pod: PodRef, reservation: Reservation) -> PodReservation:
         """Enter the pod's reservation (replacing an older one of the same pod)."""
         entry = PodReservation(
-            pod, reservation.node, reservation.containers, reservation.made_at, 0.0
+            pod,
+            reservation.node,
+            reservation.containers,
+            reservation.made_at,
+            0.0,
+            slices=reservation.slices,
         )
         with self._lock:
             entry = replace(entry, added=time.monotonic())
@@ -432,7 +484,12 @@ class ExtenderState:
         if reservation.node != pod.node_name:
             return None
         return PodReservation(
-            pod.ref, reservation.node, reservation.containers, reservation.made_at, started
+            pod.ref,
+            reservation.node,
+            reservation.containers,
+            reservation.made_at,
+            started,
+            slices=reservation.slices,
         )
 
     def refresh(self) -> list[Released]:
@@ -526,19 +583,24 @@ class ExtenderState:
         self._sightings = {node.lease.name: self._sight(node.lease, seen_now) for node in listed}
         return {node.lease.name: node for node in listed}
 
-    def _uncarved(self, entry: PodReservation) -> dict[str, Reserved] | None:
-        """The containers of the entry the node's geometry does not show carved for its pod;
-        None when they all are."""
+    def _uncarved(self, entry: PodReservation) -> PodReservation | None:
+        """The entry cut down to the containers the node's geometry does not show carved (or
+        created, for slices) for its pod; None when they all are."""
         node = self._nodes.get(entry.node)
         geometry = node.geometry if node is not None else None
         if geometry is None:
-            return dict(entry.containers)
+            return entry
         left = {
             name: reserved
             for name, reserved in entry.containers.items()
             if not _carved(geometry, reserved, entry.pod.uid)
         }
-        return left or None
+        slices_left = _slices_left(geometry, entry.slices, entry.pod.uid)
+        if not left and not slices_left:
+            return None
+        if len(left) == len(entry.containers) and len(slices_left) == len(entry.slices):
+            return entry
+        return replace(entry, containers=left, slices=slices_left)
 
     def _release(
         self, started: float, pods: list[PodInfo] | None
@@ -550,14 +612,12 @@ class ExtenderState:
         released: list[Released] = []
         overdue: list[tuple[PodReservation, int]] = []
         for uid, current in list(self._table.items()):
-            entry = current
-            left = self._uncarved(entry)
-            if left is None:
-                released.append(Released(entry, ReleasedWhy.CARVED))
+            entry = self._uncarved(current)
+            if entry is None:
+                released.append(Released(current, ReleasedWhy.CARVED))
                 del self._table[uid]
                 continue
-            if len(left) != len(entry.containers):
-                entry = replace(entry, containers=left)
+            if entry is not current:
                 self._table[uid] = entry
             why: ReleasedWhy | None = None
             if listed is not None and entry.added < started:

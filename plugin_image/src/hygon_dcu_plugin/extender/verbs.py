@@ -1,10 +1,12 @@
 """The extender's three verbs: filter, prioritize and bind (docs/dev/extender.md).
 
-A pod's partition request is read the way the webhook and the allocator read it: the pod rules
-the webhook denies with decide whether it can be served at all, and what each app container
-asks for, in one reading (``pod_rules.read_pod``, over ``request.parse_container``). A pod
-that breaks a rule fails on every node with the webhook's own message; containers without a
-partition are ignored.
+A pod's partition and logical-slice requests are read the way the webhook and the allocators
+read them: the pod rules the webhook denies with decide whether it can be served at all, and
+what each app container asks for, in one reading (``pod_rules.read_pod``, over
+``request.parse_container``). A pod that breaks a rule fails on every node with the webhook's
+own message; containers without a partition or a slice are ignored. Partitions are placed by
+``decide`` (through ``place_memo``), slices by ``slice_decide``; the rules forbid a pod to
+hold both.
 
 Bind serves only pods that name this extender's scheduler (``--scheduler-name``).
 
@@ -38,7 +40,14 @@ from enum import StrEnum
 from typing import Any
 
 from hygon_dcu_plugin.config import kube_name_problem
-from hygon_dcu_plugin.extender.decide import BINPACK, NODE_POLICIES, NodeState, NotPlaced, score
+from hygon_dcu_plugin.extender.decide import (
+    BINPACK,
+    NODE_POLICIES,
+    NodeState,
+    NotPlaced,
+    Placed,
+    score,
+)
 from hygon_dcu_plugin.extender.kube import (
     BindingRefused,
     ExtenderApi,
@@ -48,6 +57,7 @@ from hygon_dcu_plugin.extender.kube import (
 )
 from hygon_dcu_plugin.extender.node_locks import NamedLocks
 from hygon_dcu_plugin.extender.place_memo import PlaceMemo
+from hygon_dcu_plugin.extender.slice_decide import place_slices
 from hygon_dcu_plugin.extender.state import NO_GEOMETRY, ExtenderState, PodReservation
 from hygon_dcu_plugin.extender.wire import (
     BindingArgs,
@@ -57,8 +67,14 @@ from hygon_dcu_plugin.extender.wire import (
     priority_list,
 )
 from hygon_dcu_plugin.pod_rules import read_pod
-from hygon_dcu_plugin.request import PartitionRequest
-from hygon_dcu_plugin.reservation import MAX_CONTAINERS, Reservation, ReservationError, Reserved
+from hygon_dcu_plugin.request import PartitionRequest, SliceRequest
+from hygon_dcu_plugin.reservation import (
+    MAX_CONTAINERS,
+    Reservation,
+    ReservationError,
+    Reserved,
+    ReservedSlice,
+)
 from hygon_dcu_plugin.reservation import decode as decode_reservation
 from hygon_dcu_plugin.reservation import encode as encode_reservation
 from hygon_dcu_plugin.shown import shorten
@@ -74,6 +90,17 @@ BIND_LOCK_SECONDS = 10.0
 BINDING_SETTLE_SECONDS = 60.0
 
 Requests = list[tuple[str, PartitionRequest]]
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What the app containers of a pod ask of this extender: partitions or logical slices."""
+
+    partitions: Requests
+    slices: list[tuple[str, SliceRequest]]
+
+    def __bool__(self) -> bool:
+        return bool(self.partitions or self.slices)
 
 
 class Verb(StrEnum):
@@ -111,22 +138,23 @@ class BindAnswer:
         return binding_result(self.error)
 
 
-def pod_requests(pod: Mapping[str, Any]) -> Requests | str:
-    """The partition request of each app container of the pod, or why it cannot be served."""
+def pod_requests(pod: Mapping[str, Any]) -> Asked | str:
+    """The partition or slice request of each app container of the pod, or why it cannot be
+    served."""
     reading = read_pod(pod)
     if reading.findings.total:
         return reading.findings.message()
-    requests: Requests = []
-    for name, verdict in reading.partitions:
+    asked = Asked(list(reading.partitions), list(reading.slices))
+    names = [name for name, _request in [*asked.partitions, *asked.slices]]
+    for name in names:
         if kube_name_problem(name, subdomain=False):
             return f"container name {shorten(name)!r} is not a container name"
-        requests.append((name, verdict))
-    if len(requests) > MAX_CONTAINERS:
+    if len(names) > MAX_CONTAINERS:
         return (
-            f"the pod has {len(requests)} partition containers; at most {MAX_CONTAINERS} can be "
-            "reserved at once"
+            f"the pod has {len(names)} partition or slice containers; at most "
+            f"{MAX_CONTAINERS} can be reserved at once"
         )
-    return requests
+    return asked
 
 
 class Extender:
@@ -173,7 +201,7 @@ class Extender:
         passed: list[str] = []
         failed: dict[str, str] = {}
         for view in self.state.node_states(args.node_names, args.pod.uid):
-            placed = self.places.place(view, verdict)
+            placed = self._place(view, verdict)
             if isinstance(placed, NotPlaced):
                 failed[view.name] = placed.why
             else:
@@ -186,9 +214,14 @@ class Extender:
             return priority_list(dict.fromkeys(args.node_names, 0))
         scores: dict[str, int] = {}
         for view in self.state.node_states(args.node_names, args.pod.uid):
-            placed = self.places.place(view, verdict)
+            placed = self._place(view, verdict)
             scores[view.name] = 0 if isinstance(placed, NotPlaced) else score(placed, self.policy)
         return priority_list(scores)
+
+    def _place(self, view: NodeState, asked: Asked) -> Placed | NotPlaced:
+        if asked.slices:
+            return place_slices(view, asked.slices)
+        return self.places.place(view, asked.partitions)
 
     def bind(self, args: BindingArgs) -> BindAnswer:
         if not self.ready:
@@ -277,8 +310,14 @@ class Extender:
                 "node": args.node,
                 "outcome": outcome.value,
                 "reserved": {
-                    name: f"{r.card} {r.profile} {r.start}:{r.size}"
-                    for name, r in sorted((entry.containers if entry else {}).items())
+                    **{
+                        name: f"{r.card} {r.profile} {r.start}:{r.size}"
+                        for name, r in sorted((entry.containers if entry else {}).items())
+                    },
+                    **{
+                        name: f"{r.card} slice {r.compute_units}cu {r.memory_mib}MiB"
+                        for name, r in sorted((entry.slices if entry else {}).items())
+                    },
                 },
             },
         )
@@ -288,7 +327,8 @@ class Extender:
         self, args: BindingArgs
     ) -> tuple[PodInfo, PodReservation | None, bool] | BindAnswer:
         """Under the node's lock: the pod, its reservation on the node (None when it asks for
-        no partition) and whether this call made it; or the answer when it cannot be bound."""
+        no partition and no slice) and whether this call made it; or the answer when it cannot
+        be bound."""
         node, want = args.node, args.pod
         pod = self.api.get_pod(want.namespace, want.name)
         if pod is None or pod.ref.uid != want.uid:
@@ -333,13 +373,17 @@ class Extender:
             view = NodeState(node, None, NO_GEOMETRY)
         else:
             view = self.state.node_state(node, pod.ref.uid, lease=lease)
-        placed = self.places.place(view, verdict)
+        placed = self._place(view, verdict)
         if isinstance(placed, NotPlaced):
             return BindAnswer(BindOutcome.NO_FIT, f"node {node} cannot place the pod: {placed.why}")
         reservation = Reservation(
             node,
             self._clock(),
             {a.container: Reserved(a.card, a.profile, a.start, a.size) for a in placed.assignments},
+            {
+                a.container: ReservedSlice(a.card, a.compute_units, a.memory_mib)
+                for a in placed.slices
+            },
         )
         self.api.reserve_pod(pod, encode_reservation(reservation))
         return pod, self.state.hold(pod.ref, reservation), True
@@ -355,6 +399,10 @@ class Extender:
             reservation = decode_reservation(text)
         except ReservationError:
             return None
-        if reservation.node != node or dict(reservation.containers) != dict(entry.containers):
+        if (
+            reservation.node != node
+            or dict(reservation.containers) != dict(entry.containers)
+            or dict(reservation.slices) != dict(entry.slices)
+        ):
             return None
         return entry

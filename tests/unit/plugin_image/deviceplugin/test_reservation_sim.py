@@ -210,7 +210,7 @@ def _good(harness: Harness, profile: str = "2g.15gb", start: int = 0, size: int 
         ("not-json", "not JSON"),
         ("empty", "not JSON"),
         ("other-node", "reserves node 'node-2', but this is node 'node-1'"),
-        ("no-entry", "no entry for container 'main' (it reserves containers: other)"),
+        ("no-entry", "no partition entry for container 'main' (it reserves containers: other)"),
         ("other-profile", "reserves profile 4g.31gb for container 'main', which requests 2g.15gb"),
         ("illegal-placement", "1:2 is not a placement of 4g.31gb"),
         ("wrong-size", "0:2 is not a placement of 2g.15gb"),

@@ -184,18 +184,7 @@ def test_32_concurrent_binds_on_one_node_never_reserve_one_slice_twice(
     cluster.put_lease("node-a", text(geometries.empty("c3000-bw", cards=4)), renewed=T0)
     running.state.refresh()
     pods = [cluster.add_pod(f"p{i}", {"main": profile_limits("2g.15gb")}) for i in range(32)]
-    errors: dict[str, str] = {}
-    start = threading.Barrier(len(pods))
-
-    def bind(pod: dict[str, Any]) -> None:
-        start.wait()
-        errors[pod["metadata"]["name"]] = running.bind(pod, "node-a")
-
-    threads = [threading.Thread(target=bind, args=(pod,)) for pod in pods]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    errors = running.bind_all_at_once(pods, "node-a")
 
     bound = sorted(name for name, error in errors.items() if not error)
     refused = sorted(name for name, error in errors.items() if error)
