@@ -61,6 +61,11 @@ class Metrics:
             "1 per granted logical slice: vdev -> namespace, pod, container, card, compute "
             "units, memory in MiB.",
         )
+        self.slice_card_free = Gauge(
+            "hygon_dcu_slice_card_free",
+            "What each card still has for new logical slices (mode off), by card and resource: "
+            "compute_units, memory_mib, slices (free slots); 0 on a card held whole.",
+        )
         self.advertised = Gauge(
             "hygon_dcu_advertised_devices",
             "Healthy devices advertised to the kubelet, by resource.",
@@ -91,6 +96,7 @@ class Metrics:
             self.lost_partitions,
             self.partition_info,
             self.slice_info,
+            self.slice_card_free,
             self.advertised,
             self.free,
         ]

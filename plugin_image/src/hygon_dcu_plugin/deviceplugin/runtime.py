@@ -40,7 +40,7 @@ from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.deviceplugin.service import PluginServers
 from hygon_dcu_plugin.deviceplugin.slice_allocator import SliceAllocator, SlicesUnreadable
 from hygon_dcu_plugin.deviceplugin.slice_reclaimer import SlicePassReport, SliceReclaimer
-from hygon_dcu_plugin.deviceplugin.slice_view import sliced_geometry
+from hygon_dcu_plugin.deviceplugin.slice_view import slice_room, sliced_geometry
 from hygon_dcu_plugin.deviceplugin.whole_cards import plan_whole_cards
 from hygon_dcu_plugin.geometry import Geometry, GeoSliceCard, of_cards
 from hygon_dcu_plugin.kube import KubeApi
@@ -79,6 +79,8 @@ class Runtime:
         self.events = PodEvents(kube)
         # Logical slices: served with the mode off only (the driver refuses them with it on).
         self.vdevs = Vdevs(settings.host_root)
+        # What each card has left for slices, as the last plan read it (the metrics).
+        self._slice_room: dict[str, dict[str, int]] = {}
         self.slices = (
             None
             if self.partitioned
@@ -267,9 +269,11 @@ class Runtime:
         except SlicesUnreadable as exc:
             # Nothing new is offered on a node whose slices cannot be read; held ones stay.
             log.error("cannot read the node's slices", extra={"error": str(exc)})
+            self._slice_room = {}
             plan = plan_whole_cards(self.node, self.settings.host_root)
             plan[SLICED] = slice_plan(0, in_use, 0)
             return plan
+        self._slice_room = slice_room(view)
         plan = plan_whole_cards(self.node, self.settings.host_root, view.sliced(), view.held_whole)
         plan[SLICED] = slice_plan(view.pool(), in_use, view.free_slots() + unlisted)
         return plan
@@ -330,6 +334,15 @@ class Runtime:
                     ("memory_mib", str(grant.memory_mib)),
                 ): 1.0
                 for grant in loaded.slices
+            }
+        )
+        self.metrics.slice_card_free.set_all(
+            {}
+            if self.partitioned
+            else {
+                (("card", pci), ("resource", resource)): float(value)
+                for pci, room in self._slice_room.items()
+                for resource, value in room.items()
             }
         )
         if not self.partitioned:

@@ -83,6 +83,23 @@ def whole_card_health(
     return {pci: ok and (pci in held or pci not in sliced) for pci, ok in health.items()}
 
 
+def slice_room(view: SliceView) -> dict[str, dict[str, int]]:
+    """Per card (PCI address): the compute units, MiB and slots a new slice may still take;
+    all 0 on a card held whole (the hygon_dcu_slice_card_free gauge)."""
+    offered = {view.keys[card.index]: card for card in view.offered()}
+    room = {}
+    for index, pci in sorted(view.keys.items()):
+        if view.sizes.get(index) is None:
+            continue
+        card = offered.get(pci)
+        room[pci] = {
+            "compute_units": card.free_compute_units if card else 0,
+            "memory_mib": card.free_memory_mib if card else 0,
+            "slices": card.free_slots if card else 0,
+        }
+    return room
+
+
 def sliced_geometry(view: SliceView, grants: Sequence[SliceGrant]) -> tuple[GeoSliceCard, ...]:
     """The view as the geometry Lease publishes it: every keyed card, with its live slices and
     the pod each belongs to ("" for a slice no grant names)."""

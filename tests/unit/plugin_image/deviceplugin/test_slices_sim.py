@@ -167,6 +167,27 @@ def test_each_granted_slice_is_named_in_the_metrics(slice_harness: Harness) -> N
     assert "hygon_dcu_slice_info{" not in slice_harness.runtime.metrics.render()
 
 
+def test_what_each_card_has_left_for_slices_is_in_the_metrics(slice_harness: Harness) -> None:
+    def free(card: str, resource: str) -> str:
+        prefix = f'hygon_dcu_slice_card_free{{card="{card}",resource="{resource}"}} '
+        lines = slice_harness.runtime.metrics.render().splitlines()
+        return str(next(line for line in lines if line.startswith(prefix)).split()[-1])
+
+    slice_harness.admit_slice("a", 8 * GIB, compute_units=10)
+    slice_harness.runtime.refresh()
+    assert free("0000:09:00.0", "compute_units") == "70"
+    assert free("0000:09:00.0", "memory_mib") == str(65520 - 8 * GIB)
+    assert free("0000:09:00.0", "slices") == "3"
+    assert free("0000:0c:00.0", "memory_mib") == "65520"
+    # A card the kubelet holds whole has nothing left for slices.
+    slice_harness.kube.add_pod("default", "whole", {"main": {WHOLE_CARD: "1"}})
+    slice_harness.kubelet.pods["default/whole"] = {"main": {WHOLE_CARD: ["0000:0c:00.0"]}}
+    slice_harness.allocator.allocate(WHOLE_CARD, ["0000:0c:00.0"])
+    slice_harness.runtime.refresh()
+    assert free("0000:0c:00.0", "memory_mib") == "0"
+    assert free("0000:0c:00.0", "slices") == "0"
+
+
 def test_the_geometry_lease_lists_the_cards_offered_for_slices(slice_harness: Harness) -> None:
     slice_harness.admit_slice("a", 16 * GIB)
     uid = slice_harness.runtime.store.load().slices[0].pod_uid
