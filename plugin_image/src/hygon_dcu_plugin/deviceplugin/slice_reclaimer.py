@@ -187,9 +187,13 @@ class SliceReclaimer:
         key = (grant.pod_uid, grant.vdev_id)
         if key in self._lost_reported:
             return
-        live = next((v for v in seen.vdevs() if v.id == grant.vdev_id), None)
-        if live is not None and (grant.matches(live) or live.conf is None):
+        if self._present(grant, seen.vdevs()):
             return
+        # Read outside the lock: confirm under it, where an Allocate's rollback (which
+        # destroys its vdev before it drops the grant this pass may have loaded) is done.
+        with self.locks.node():
+            if grant not in self.store.load().slices or self._present(grant, self._read()):
+                return
         report.lost.append(grant.label)
         self._lost_reported.add(key)
         self.events.emit(
@@ -200,6 +204,12 @@ class SliceReclaimer:
             "node rebooted or it was destroyed by hand); the container has no device. Delete "
             "the pod so it is scheduled again",
         )
+
+    @staticmethod
+    def _present(grant: SliceGrant, vdevs: Sequence[Vdev]) -> bool:
+        """The grant's vdev is live (or its conf is unreadable, so it cannot be told)."""
+        live = next((v for v in vdevs if v.id == grant.vdev_id), None)
+        return live is not None and (grant.matches(live) or live.conf is None)
 
     def _collect_orphans(self, report: SlicePassReport) -> None:
         with self.locks.node():

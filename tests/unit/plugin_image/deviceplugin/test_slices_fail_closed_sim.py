@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from ansible_collections.hygon.dcu.plugins.module_utils.vdevs import Vdev
 from damage import FILE_DAMAGE
 from hygon_dcu_plugin.deviceplugin.refused import RequestRefused
 from hygon_dcu_plugin.deviceplugin.slice_grants import SliceGrant
@@ -120,6 +121,29 @@ def test_a_running_pods_lost_slice_is_said_once(scene: Scene) -> None:
     assert first.lost == [scene.grants["a"].label] and second.lost == []
     lost = [e for e in scene.harness.kube.kube_events if e[2] == "SliceLost"]
     assert len(lost) == 1 and lost[0][0].name == "a"
+
+
+def test_a_slice_missing_from_a_read_outside_the_lock_is_confirmed_before_it_is_said_lost(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass reads the node's slices once, outside the node lock; an Allocate's rollback
+    can be between its destroy and its grant's removal then. A fake first read stands for
+    that timing (the real library cannot be paused there): nothing is said lost unless the
+    read under the lock confirms it."""
+    reclaimer = scene.harness.runtime.slice_reclaimer
+    real_read = reclaimer._read
+    reads: list[int] = []
+
+    def first_read_misses_vdev_0() -> list[Vdev]:
+        reads.append(1)
+        found = real_read()
+        return [v for v in found if v.id != 0] if len(reads) == 1 else found
+
+    monkeypatch.setattr(reclaimer, "_read", first_read_misses_vdev_0)
+    report = scene.harness.runtime.reclaim_slices()
+    assert report.lost == []
+    assert not [e for e in scene.harness.kube.kube_events if e[2] == "SliceLost"]
+    assert len(reads) >= 2  # confirmed under the lock
 
 
 def test_a_busy_slice_is_kept_and_retried(
