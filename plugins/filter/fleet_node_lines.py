@@ -116,11 +116,16 @@ def _free_line(card: Mapping[str, Any], mode: Any) -> str:
     return f"  free placements{when}: {free or 'none (no profile reported)'}"
 
 
-def _slices_line(card: Mapping[str, Any]) -> str:
+def _slices_line(card: Mapping[str, Any], shown: int) -> str:
     use = card["slice_use"]
     slices = ", ".join(
         f"{vdev['id']} ({vdev['compute_units']} CUs, {vdev['memory_mib']} MiB"
         + (f"; conf: {vdev['conf_problem']}" if vdev["conf_problem"] else "")
+        + (
+            "; pod " + _cut([f"{pod['namespace']}/{pod['name']}" for pod in vdev["pods"]], shown)
+            if vdev.get("pods")
+            else ""
+        )
         + ")"
         for vdev in card["logical_slices"]
     )
@@ -145,7 +150,7 @@ def fleet_node_lines(node: Mapping[str, Any], shown: int) -> list[str]:
             lines.append("  no partition")
         lines.append(_free_line(card, node["mode"]))
         if node["mode"] != "enabled" and not node["slices_error"]:
-            lines.append(_slices_line(card))
+            lines.append(_slices_line(card, shown))
     poison = node["poison"]
     lines.append(
         "poison directories: " + (f"{len(poison)}: {_cut(poison, shown)}" if poison else "none")

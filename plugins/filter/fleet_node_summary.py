@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -110,8 +111,9 @@ _value:
         - Each card by index, with its partitions sorted by first slice (each with the pods it
           serves, sorted by namespace and name, or null without O(kubernetes)), its occupied
           slices and its free placements per profile.
-        - Its logical slices (C(logical_slices), by id, each with its compute units, memory and
-          conf problem) and the compute units and memory they use and leave free
+        - Its logical slices (C(logical_slices), by id, each with its compute units, memory,
+          conf problem and the running pods the device plugin annotated with it, or null without
+          O(kubernetes)) and the compute units and memory they use and leave free
           (C(slice_use)).
       type: list
       elements: dict
@@ -196,12 +198,36 @@ def _partition(
     }
 
 
-def _slice(vdev: Mapping[str, Any]) -> dict[str, Any]:
+def _slice_holders(vdev: Mapping[str, Any], pci: Any, grants: list[dict[str, Any]]) -> list[Any]:
+    """The pods whose slice annotation names this vdev on this card. A vdev id is reused once
+    destroyed, so a finished pod's annotation (its slice is gone) names no live vdev."""
+    holders: list[dict[str, Any]] = []
+    for grant in grants:
+        if grant["pod"]["phase"] in ("Succeeded", "Failed"):
+            continue
+        try:
+            value = json.loads(grant["value"])
+        except ValueError:
+            continue  # a partition's or a damaged annotation: it names no slice
+        if (
+            isinstance(value, dict)
+            and value.get("slice") == vdev["id"]
+            and value.get("card") == pci
+            and grant["pod"] not in holders
+        ):
+            holders.append(grant["pod"])
+    return holders
+
+
+def _slice(
+    vdev: Mapping[str, Any], pci: Any, grants: list[dict[str, Any]], kubernetes: bool
+) -> dict[str, Any]:
     return {
         "id": vdev["id"],
         "compute_units": vdev["compute_units"],
         "memory_mib": vdev["memory_mib"],
         "conf_problem": vdev["conf_problem"],
+        "pods": _by_namespace_and_name(_slice_holders(vdev, pci, grants)) if kubernetes else None,
     }
 
 
@@ -229,7 +255,11 @@ def _card(
         if instance["card"] == card["index"]
     ]
     slices = sorted(
-        (_slice(vdev) for vdev in vdevs if vdev["card"] == card["index"]),
+        (
+            _slice(vdev, card["pci"], grants, kubernetes)
+            for vdev in vdevs
+            if vdev["card"] == card["index"]
+        ),
         key=lambda vdev: vdev["id"],
     )
     return {

@@ -137,12 +137,19 @@ def test_a_node_with_partitioning_off_lists_each_cards_slices_and_whats_free() -
     card = summary["cards"][0]
     card.update(occupied_slices=[], partitions=[])
     card["logical_slices"] = [
-        {"id": 0, "compute_units": 20, "memory_mib": 16384, "conf_problem": None},
+        {
+            "id": 0,
+            "compute_units": 20,
+            "memory_mib": 16384,
+            "conf_problem": None,
+            "pods": [{"namespace": "ml", "name": "notebook"}],
+        },
         {
             "id": 2,
             "compute_units": 30,
             "memory_mib": 24576,
             "conf_problem": "vdev2.conf is missing",
+            "pods": [],
         },
     ]
     card["slice_use"] = {
@@ -153,8 +160,8 @@ def test_a_node_with_partitioning_off_lists_each_cards_slices_and_whats_free() -
     }
 
     assert fleet_node_lines(summary, 10)[-2] == (
-        "  logical slices: 0 (20 CUs, 16384 MiB), 2 (30 CUs, 24576 MiB; conf: vdev2.conf is "
-        "missing); free 30 CUs, 24560 MiB"
+        "  logical slices: 0 (20 CUs, 16384 MiB; pod ml/notebook), 2 (30 CUs, 24576 MiB; conf: "
+        "vdev2.conf is missing); free 30 CUs, 24560 MiB"
     )
     unknown = node(mode="disabled", pending="disabled", slices_error="libhydmi.so: not found")
     lines = fleet_node_lines(unknown, 10)

@@ -235,8 +235,45 @@ def test_each_card_lists_its_slices_and_what_they_use() -> None:
         "free_memory_mib": 40944,
     }
     assert second["logical_slices"] == [
-        {"id": 4, "compute_units": 40, "memory_mib": 32768, "conf_problem": None}
+        {"id": 4, "compute_units": 40, "memory_mib": 32768, "conf_problem": None, "pods": []}
     ]
+
+
+def slice_grant(card_pci: str, vdev_id: int) -> str:
+    """The annotation value the device plugin writes on a pod it gave a slice."""
+    return json.dumps(
+        {
+            "card": card_pci,
+            "container": "main",
+            "slice": vdev_id,
+            "compute_units": 20,
+            "memory_mib": 16384,
+        }
+    )
+
+
+def test_each_slice_lists_the_running_pods_the_plugin_gave_it() -> None:
+    info = mig_info(
+        mode={"current": "disabled", "pending": "disabled", "source": "library", "error": None},
+        instances=[],
+    )
+    info["logical_slices"]["vdevs"] = [vdev(0, 0, 20, 16384), vdev(1, 1, 20, 16384)]
+    pods = [
+        pod("ml", "notebook", {PREFIX + "main": slice_grant("0000:00:00.0", 0)}, phase="Running"),
+        # Same id on another card: not this slice.
+        pod("ml", "other-card", {PREFIX + "main": slice_grant("0000:01:00.0", 0)}),
+        # Finished: its slice was destroyed and the id may be reused.
+        pod("ml", "done", {PREFIX + "main": slice_grant("0000:00:00.0", 0)}, phase="Succeeded"),
+        pod("ml", "partition", {PREFIX + "main": grant(UUID_A)}),
+        pod("ml", "damaged", {PREFIX + "main": "{not json"}),
+    ]
+
+    first, second = summary(info, pods=pods)["cards"]
+
+    assert [p["name"] for p in first["logical_slices"][0]["pods"]] == ["notebook"]
+    assert second["logical_slices"][0]["pods"] == []
+    without = summary(info, kubernetes=False)["cards"][0]
+    assert without["logical_slices"][0]["pods"] is None
 
 
 def test_slices_that_cannot_be_read_are_said_so_not_shown_as_none() -> None:
