@@ -96,13 +96,34 @@ def test_enable_with_drain_slices_evicts_the_slice_pods_and_switches(
     cluster: FakeCluster, tmp_path: Path
 ) -> None:
     cluster.add_pod("notebook", limits=SLICE_LIMITS)
+    # The notebook's slice, left behind as a plugin that is parked leaves it: the switch
+    # destroys it before the mode goes on (the library refuses the mode while a vdev lives).
+    assert cluster.node.create_vdevs(0, "20", "16384").returncode == 0
     settings = cluster_vars(cluster, tmp_path, hygon_dcu_drain_slices=True)
+    node_before, pods_before = copy.deepcopy(cluster.node_object), copy.deepcopy(cluster.pods)
+
+    check = run_playbook("enable_mig", "--check", extra_vars=settings)
+    assert check.returncode == 0, check.output
+    assert check.changed
+    assert cluster.node_object == node_before and cluster.pods == pods_before
+    assert cluster.eviction_attempts == {}
+    assert cluster.node.status().mode == 0 and len(cluster.node.status().vdevs) == 1
+
     run = run_playbook("enable_mig", extra_vars=settings)
     assert run.returncode == 0, run.output
     assert ("ml", "notebook") not in cluster.pods
-    assert cluster.node.status().mode == 1
-    again = run_playbook("enable_mig", extra_vars=settings)
-    assert again.returncode == 0 and again.changed == 0, again.output
+    status = cluster.node.status()
+    assert status.mode == 1 and status.vdevs == []
+    for args in ((), ("--check",)):
+        again = run_playbook("enable_mig", *args, extra_vars=settings)
+        assert again.returncode == 0 and again.changed == 0, again.output
+
+    # Back: whole cards and slices are advertised again, which disable_mig waits for.
+    back = run_playbook("disable_mig", extra_vars=cluster_vars(cluster, tmp_path))
+    assert back.returncode == 0, back.output
+    assert cluster.served_mode() == "disabled"
+    allocatable = cluster.node_object["status"]["allocatable"]
+    assert allocatable["hygon.com/dcu"] == "2" and allocatable["hygon.com/dcu.sliced"] == "8"
 
 
 def test_a_node_already_in_the_mode_is_not_even_cordoned(
