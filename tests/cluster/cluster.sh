@@ -64,6 +64,8 @@ run_teardown() {
 cluster_run() {
     local status=0
     trap 'run_teardown || true; exit 130' INT TERM
+    HYGON_DCU_CLUSTER_RUN_OWNER="$$ $(started_at $$)"
+    export HYGON_DCU_CLUSTER_RUN_OWNER
     if "$here/cluster.sh" up >/dev/null; then
         (
             set -a

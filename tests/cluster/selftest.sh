@@ -113,6 +113,23 @@ wait "$listener" 2>/dev/null || true
 rm -f "$ready"
 expect_clean
 
+# A cluster whose `run` is gone (killed before its teardown) is taken down by the next `up`;
+# one brought up by hand (no run owns it) is refused.
+if HYGON_DCU_CLUSTER_RUN_OWNER="999999999 1" seconds "$cluster" up >/dev/null; then
+    status=0
+    out="$("$cluster" up 2>&1)" || status=$?
+    if ((status == 0)) && [[ "$out" == *"the cluster left by run 999999999, which is gone, is taken down first"* ]]; then
+        pass "up takes down the cluster of a run that is gone"
+    else
+        fail "up over an abandoned cluster: exit $status, output: $out"
+    fi
+    expect_refusal "a cluster brought up by hand" "a cluster of this tier is up or was not taken down"
+else
+    fail "up as a run that is gone"
+fi
+"$cluster" down >/dev/null 2>&1 || fail "down after the abandoned-cluster test"
+expect_clean
+
 if ((failures)); then
     echo "selftest: $failures failure(s)" >&2
     exit 1

@@ -148,6 +148,9 @@ LOG_DIR="$CLUSTER_WORK/logs"
 CONTAINERD_DIR="$CLUSTER_WORK/containerd"
 CONTAINERD_SOCKET="$CONTAINERD_DIR/containerd.sock"
 ENV_FILE="$CLUSTER_WORK/env"
+# "PID START" of the `run` whose `up` made the cluster (START: the process's start time, so a
+# reused PID is not taken for it); absent for a cluster brought up by hand.
+RUN_OWNER_FILE="$CLUSTER_WORK/run-owner"
 
 # The node name: this host's name unless told, lower-cased; it becomes file and object names.
 node_name() {

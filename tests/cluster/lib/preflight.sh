@@ -16,6 +16,8 @@ refuse() {
 foreign_control_plane() {
     local pid comm
     while read -r pid comm; do
+        # A daemon of ours just stopped has no command line left until it is reaped.
+        exited "$pid" && continue
         [[ "$(cmdline_of "$pid")" == *"$CLUSTER_WORK/"* ]] || printf '%s %s\n' "$pid" "$comm"
     done < <(processes_named kubelet kube-apiserver hyperkube k3s k3s-server k3s-agent kubelite)
     return 0
@@ -63,9 +65,31 @@ taken_ports() {
     return 0
 }
 
+# Prints the PID of the `run` that made the cluster when that process is gone (killed with its
+# session or by a timeout before its teardown): the cluster is abandoned. Nothing otherwise,
+# and nothing for a cluster brought up by hand.
+abandoned_by() {
+    local pid started
+    [[ -f "$RUN_OWNER_FILE" ]] || return 0
+    read -r pid started <"$RUN_OWNER_FILE" || return 0
+    [[ "$pid" =~ ^[0-9]+$ && -n "$started" ]] || return 0
+    [[ "$(started_at "$pid")" == "$started" ]] && return 0
+    printf '%s\n' "$pid"
+}
+
 preflight_up() {
-    local found
+    local found owner
     found="$(our_daemons)"
+    if [[ -n "$found" || -f "$ENV_FILE" ]]; then
+        owner="$(abandoned_by)"
+        if [[ -n "$owner" ]]; then
+            log "the cluster left by run $owner, which is gone, is taken down first"
+            cluster_down
+            cluster_check_clean ||
+                refuse "the cluster left by run $owner could not be taken down; run: $0 down"
+            found="$(our_daemons)"
+        fi
+    fi
     if [[ -n "$found" || -f "$ENV_FILE" ]]; then
         refuse "a cluster of this tier is up or was not taken down (${found:-env file $ENV_FILE}); run: $0 down"
     fi

@@ -32,6 +32,15 @@ cmdline_of() {
     printf '%s ' "${args[@]}"
 }
 
+# The process's start time (clock ticks since boot, /proc/PID/stat field 22); nothing when gone.
+started_at() {
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 0
+    # Fields after the command name, which may hold spaces: field 22 is the 20th of them.
+    stat="${stat##*) }"
+    awk '{print $20}' <<<"$stat"
+}
+
 comm_of() {
     local comm
     read -r comm 2>/dev/null <"/proc/$1/comm" || return 1
@@ -69,6 +78,11 @@ daemon_running() {
 }
 
 # stop_pids SECONDS PID...: SIGTERM, then SIGKILL whatever still runs after SECONDS.
+# The process has exited and waits to be reaped (a zombie: it runs nothing, holds nothing).
+exited() {
+    [[ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" == Z ]]
+}
+
 stop_pids() {
     local timeout="$1" pid deadline alive
     shift
@@ -78,8 +92,7 @@ stop_pids() {
     while :; do
         alive=()
         for pid in "$@"; do
-            [[ -e "/proc/$pid" ]] && [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]] &&
-                alive+=("$pid")
+            [[ -e "/proc/$pid" ]] && ! exited "$pid" && alive+=("$pid")
         done
         ((${#alive[@]} == 0)) && return 0
         if ((SECONDS >= deadline)); then

@@ -295,6 +295,10 @@ cluster_up() {
     cluster_build
     step images prepare_images
     step work-dir prepare_work_dir "$node"
+    # Who owns the cluster: a later `up` takes it down if that run is gone (preflight.sh).
+    if [[ -n "${HYGON_DCU_CLUSTER_RUN_OWNER:-}" ]]; then
+        printf '%s\n' "$HYGON_DCU_CLUSTER_RUN_OWNER" >"$RUN_OWNER_FILE"
+    fi
     step network network_up
     step etcd start_etcd
     step kube-apiserver start_apiserver
