@@ -198,10 +198,11 @@ def _partition(
     }
 
 
-def _slice_holders(vdev: Mapping[str, Any], pci: Any, grants: list[dict[str, Any]]) -> list[Any]:
-    """The pods whose slice annotation names this vdev on this card. A vdev id is reused once
-    destroyed, so a finished pod's annotation (its slice is gone) names no live vdev."""
-    holders: list[dict[str, Any]] = []
+def _slice_holders(grants: list[dict[str, Any]]) -> dict[tuple[Any, Any], list[Any]]:
+    """(card PCI address, vdev id) -> the pods whose slice annotation names it, each
+    annotation read once. A vdev id is reused once destroyed, so a finished pod's annotation
+    (its slice is gone) is left out."""
+    holders: dict[tuple[Any, Any], list[Any]] = {}
     for grant in grants:
         if grant["pod"]["phase"] in ("Succeeded", "Failed"):
             continue
@@ -209,25 +210,25 @@ def _slice_holders(vdev: Mapping[str, Any], pci: Any, grants: list[dict[str, Any
             value = json.loads(grant["value"])
         except ValueError:
             continue  # a partition's or a damaged annotation: it names no slice
-        if (
-            isinstance(value, dict)
-            and value.get("slice") == vdev["id"]
-            and value.get("card") == pci
-            and grant["pod"] not in holders
-        ):
-            holders.append(grant["pod"])
+        if not isinstance(value, dict):
+            continue
+        card, vdev_id = value.get("card"), value.get("slice")
+        # Only what can equal a card's address (text, or none) and a vdev id (a number).
+        if not isinstance(card, str | None) or not isinstance(vdev_id, int | float):
+            continue
+        pods = holders.setdefault((card, vdev_id), [])
+        if grant["pod"] not in pods:
+            pods.append(grant["pod"])
     return holders
 
 
-def _slice(
-    vdev: Mapping[str, Any], pci: Any, grants: list[dict[str, Any]], kubernetes: bool
-) -> dict[str, Any]:
+def _slice(vdev: Mapping[str, Any], holders: list[Any] | None) -> dict[str, Any]:
     return {
         "id": vdev["id"],
         "compute_units": vdev["compute_units"],
         "memory_mib": vdev["memory_mib"],
         "conf_problem": vdev["conf_problem"],
-        "pods": _by_namespace_and_name(_slice_holders(vdev, pci, grants)) if kubernetes else None,
+        "pods": None if holders is None else _by_namespace_and_name(holders),
     }
 
 
@@ -247,6 +248,8 @@ def _card(
     instances: Iterable[Mapping[str, Any]],
     vdevs: Iterable[Mapping[str, Any]],
     grants: list[dict[str, Any]],
+    *,
+    slice_holders: dict[tuple[Any, Any], list[Any]],
     kubernetes: bool,
 ) -> dict[str, Any]:
     partitions = [
@@ -256,7 +259,7 @@ def _card(
     ]
     slices = sorted(
         (
-            _slice(vdev, card["pci"], grants, kubernetes)
+            _slice(vdev, slice_holders.get((card["pci"], vdev["id"]), []) if kubernetes else None)
             for vdev in vdevs
             if vdev["card"] == card["index"]
         ),
@@ -318,6 +321,7 @@ def fleet_node_summary(
         "vdevs": [],
     }
     vdevs = logical["vdevs"]
+    holders = _slice_holders(grants)
     return {
         "host": host,
         "kubernetes": kubernetes,
@@ -329,7 +333,17 @@ def fleet_node_summary(
         "virtualization": mig_info["virtualization"],
         "library_error": None if mig_info["library"]["usable"] else mig_info["library"]["error"],
         "errors": mig_info["errors"],
-        "cards": [_card(card, mig_info["instances"], vdevs, grants, kubernetes) for card in cards],
+        "cards": [
+            _card(
+                card,
+                mig_info["instances"],
+                vdevs,
+                grants,
+                slice_holders=holders,
+                kubernetes=kubernetes,
+            )
+            for card in cards
+        ],
         "slices_error": None if logical["library"]["usable"] else logical["library"]["error"],
         "poison": sorted((finding["path"] for finding in mig_info["poison"]), key=_fold),
         "plugin": {
