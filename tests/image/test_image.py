@@ -27,7 +27,7 @@ from fake_api_server import FakeApiServer, pod
 from hygon_dcu_plugin.kube import API_ACCESS, LOST_POD_DELETE_ACCESS
 from hygon_dcu_plugin.vocabulary import FAMILY, SLICED, WHOLE_CARD
 from kubelet_emulator import KubeletEmulator
-from plugin_harness import minirun_spec
+from minirun import minirun_spec
 
 from .conftest import REPO, podman
 

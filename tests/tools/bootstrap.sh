@@ -15,10 +15,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 log() { printf '[%s %s] %s\n' "$(basename "$0" .sh)" "$(date +%H:%M:%S)" "$*"; }
 
+# apt_packages [demo]: the demo needs only the simulator's compiler and the venv; the tests need
+# the rest (chromium, with a font, renders the fleet report page in its test).
 apt_packages() {
-  # chromium (+ a font) renders the fleet report page in its test.
-  local wanted=(gcc make libc6-dev git rsync lsof psmisc util-linux python3-venv shellcheck
-    chromium fonts-liberation)
+  local wanted=(gcc make libc6-dev python3-venv)
+  [ "${1:-}" = demo ] || wanted+=(git rsync lsof psmisc util-linux shellcheck chromium
+    fonts-liberation)
   local missing=()
   local p
   for p in "${wanted[@]}"; do
@@ -32,19 +34,24 @@ apt_packages() {
   apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# python_venv [demo]: the demo installs what it runs (tests/requirements-demo.txt and the image's
+# package); the tests install tests/requirements.txt, which includes the demo's.
 python_venv() {
+  local requirements=tests/requirements.txt check="ansible, grpc, kubernetes, hypothesis, galaxy_importer"
+  if [ "${1:-}" = demo ]; then
+    requirements=tests/requirements-demo.txt check="ansible, grpc"
+  fi
   if [ ! -x "$py" ]; then
     python3 -m venv "$venv" || return 1
   fi
   "$py" -m pip install -q --upgrade pip >/dev/null || return 1
   # The mirror's pip.conf names optional local indexes; their "is ignored" warnings are noise.
-  "$py" -m pip install -q -r tests/requirements.txt -e ./plugin_image >"$venv/pip.log" 2>&1
+  "$py" -m pip install -q -r "$requirements" -e ./plugin_image >"$venv/pip.log" 2>&1
   local rc=$?
   grep -v "is ignored: it is neither a file nor a directory" "$venv/pip.log"
   [ $rc -eq 0 ] || return $rc
-  "$py" -c "import ansible, grpc, kubernetes, hypothesis, galaxy_importer" || return 1
+  "$py" -c "import $check" || return 1
   mkdir -p "$collections/ansible_collections/hygon"
   ln -sfn "$repo" "$collections/ansible_collections/hygon/dcu"
-  "$py" tests/tools/ansible_test_offline.py
+  [ "${1:-}" = demo ] || "$py" tests/tools/ansible_test_offline.py
 }
-

@@ -21,8 +21,8 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 source "$repo/tests/tools/bootstrap.sh"
 
 setup_or_die() { "$@" || { log "setup step $1 failed"; exit 1; }; }
-setup_or_die apt_packages
-setup_or_die python_venv
+setup_or_die apt_packages demo
+setup_or_die python_venv demo
 make -s -C tests/simulator
 
 node="${HYGON_DCU_DEMO_NODE:-$repo/.build/demo-node}"

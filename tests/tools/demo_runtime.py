@@ -48,7 +48,7 @@ from hygon_dcu_plugin.vocabulary import (
     WHOLE_CARD,
 )
 from kubelet_emulator import KubeletEmulator
-from plugin_harness import minirun_spec
+from minirun import minirun_spec
 
 PROFILE = "2g.15gb"
 PROFILE_RESOURCE = PROFILE_PREFIX + PROFILE

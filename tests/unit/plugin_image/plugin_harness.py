@@ -22,25 +22,7 @@ from hygon_dcu_plugin.deviceplugin.podresources import ListedContainer, ListedPo
 from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.deviceplugin.runtime import Runtime
 from hygon_dcu_plugin.vocabulary import FAMILY, PROFILE_PREFIX, SLICED
-
-
-def minirun_spec(response: pb.ContainerAllocateResponse) -> dict[str, object]:
-    """An Allocate answer in tests/simulator/minirun's input format (what a runtime applies)."""
-    return {
-        "envs": dict(response.envs),
-        "mounts": [
-            {"container_path": m.container_path, "host_path": m.host_path, "read_only": m.read_only}
-            for m in response.mounts
-        ],
-        "devices": [
-            {
-                "container_path": d.container_path,
-                "host_path": d.host_path,
-                "permissions": d.permissions,
-            }
-            for d in response.devices
-        ],
-    }
+from minirun import minirun_spec
 
 
 def make_node(
