@@ -6,7 +6,9 @@
 #   3. podman build                               -> localhost/hygon-dcu-ee:test (size printed)
 #   4. in the EE container, network none, -c local, Kubernetes off:
 #      hygon.dcu.enable_mig twice (the second run must report changed=0), then
-#      hygon.dcu.disable_mig; the simulator's state must show the mode on, then off.
+#      hygon.dcu.disable_mig; the simulator's state must show the mode on, then off;
+#   5. hygon.dcu.report through ansible-runner (as AWX runs a job), network none: the report
+#      must come back as the job's artifact and match the simulator's state.
 # Needs: podman (root), a Debian base image (default localhost/debian:bookworm, made by
 # plugin_image/tools/base_image.sh when missing), a PyPI index and the Debian mirror of the
 # base image's apt sources during the build. Never a container registry or Galaxy.
@@ -153,4 +155,32 @@ in_ee_step enable_mig hygon.dcu.enable_mig enabled
 in_ee_step enable_mig-again hygon.dcu.enable_mig enabled idempotent
 in_ee_step disable_mig hygon.dcu.disable_mig disabled
 
-log "ok: $tag ($((size / 1048576)) MiB) ran enable_mig (twice) and disable_mig offline; total $((SECONDS))s (work dir $work)"
+# The fleet report the way AWX runs a job: ansible-runner in the EE, network none. Its files stay
+# in the container (lost with it); the report must come back as the job's artifact, which
+# ansible-runner records in the stats event of the job's events (what AWX stores as artifacts).
+step "hygon.dcu.report in the EE through ansible-runner: the report as the job's artifact"
+runner="$work/runner"
+rm -rf "$runner" && mkdir -p "$runner/project" "$runner/inventory" "$runner/env"
+printf '%s\n' '- name: The fleet report, as an AWX job template runs it' \
+  '  ansible.builtin.import_playbook: hygon.dcu.report' >"$runner/project/report.yml"
+printf 'localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n' \
+  >"$runner/inventory/hosts"
+cat >"$runner/env/extravars" <<JSON
+{"target": "localhost", "hygon_dcu_manage_kubernetes": false, "hygon_dcu_host_root": "$node",
+ "hygon_dcu_library_path": "$node/opt/hyhal/lib/libhydmi_mig.so.1",
+ "hygon_dcu_environment": {"HYDMI_SIM_ROOT": "$node", "PATH": "$node/opt/hyhal/bin:/usr/bin:/bin"}}
+JSON
+run_count=$((run_count + 1))
+name="hygon-dcu-ee-test-$$-$run_count"
+containers+=("$name")
+podman run --name "$name" --network none --user 0 -v "$node:$node" \
+  -v "$sim_build:$sim_build:ro" -v "$runner:/runner" "$tag" \
+  ansible-runner run /runner -p report.yml >"$work/report-runner.log" 2>&1 ||
+  { tail -40 "$work/report-runner.log"; fail "ansible-runner run of the report failed (log: $work/report-runner.log)"; }
+podman rm -f --ignore "$name" >/dev/null 2>&1 || true
+"$repo/.venv/bin/python" "$repo/tests/tools/report_artifact.py" "$runner/artifacts" \
+  "$("$repo/tests/simulator/simnode" status "$node")" ||
+  fail "the report's job artifact does not match the simulated node (log: $work/report-runner.log)"
+done_step
+
+log "ok: $tag ($((size / 1048576)) MiB) ran enable_mig (twice), disable_mig and the report offline; total $((SECONDS))s (work dir $work)"

@@ -10,9 +10,12 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from .runner import BIN, REPO, ROLE, ansible_env
 
@@ -46,22 +49,28 @@ def test_every_entry_point_has_its_task_file_and_takes_every_input() -> None:
         assert set(spec["options"]) == set(defaults), entry
 
 
-def test_execution_environment_definition_is_accepted_by_ansible_builder(
-    tmp_path: Path,
-) -> None:
-    # The definition refers to ../ee-*.{txt,yml} and ../../.build/ee-collection: lay the same
-    # tree out in tmp_path.
+EE = REPO / "meta" / "ee"
+EE_DEFINITIONS = ("execution-environment.yml", "execution-environment-standard.yml")
+
+
+def ansible_builder_create(tmp_path: Path, name: str) -> tuple[dict[str, Any], str]:
+    """ansible-builder create on the definition ``name`` of meta/ee, in a copy of the tree it
+    refers to (../ee-*.{txt,yml}, ../../.build/ee-collection); its definition and Containerfile."""
     ee_dir = tmp_path / "meta" / "ee"
     ee_dir.mkdir(parents=True)
-    definition = yaml.safe_load((REPO / "meta" / "ee" / "execution-environment.yml").read_text())
-    sources = [definition["dependencies"]["python"]] + [
-        entry["src"]
-        for entry in definition["additional_build_files"]
-        if not entry["src"].startswith("../../.build/")
+    definition: dict[str, Any] = yaml.safe_load((EE / name).read_text())
+    sources = [
+        definition["dependencies"]["python"],
+        *([definition["dependencies"]["galaxy"]] if "galaxy" in definition["dependencies"] else []),
+        *(
+            entry["src"]
+            for entry in definition["additional_build_files"]
+            if not entry["src"].startswith("../../.build/")
+        ),
     ]
-    for name in sources:
-        shutil.copy((REPO / "meta" / "ee" / name).resolve(), (ee_dir / name).resolve())
-    shutil.copy(REPO / "meta" / "ee" / "execution-environment.yml", ee_dir)
+    for source in sources:
+        shutil.copy((EE / source).resolve(), (ee_dir / source).resolve())
+    shutil.copy(EE / name, ee_dir)
     built = run(
         [
             str(BIN / "ansible-galaxy"),
@@ -74,21 +83,19 @@ def test_execution_environment_definition_is_accepted_by_ansible_builder(
         ]
     )
     assert built.returncode == 0, built.stdout + built.stderr
-
     proc = run(
-        [
-            str(BIN / "ansible-builder"),
-            "create",
-            "-f",
-            "meta/ee/execution-environment.yml",
-            "-c",
-            "context",
-        ],
+        [str(BIN / "ansible-builder"), "create", "-f", f"meta/ee/{name}", "-c", "context"],
         cwd=tmp_path,
     )
-
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    containerfile = (tmp_path / "context" / "Containerfile").read_text()
+    assert list((tmp_path / "context" / "_build" / "hygon-dcu").glob("hygon-dcu-*.tar.gz"))
+    return definition, (tmp_path / "context" / "Containerfile").read_text()
+
+
+def test_execution_environment_definition_is_accepted_by_ansible_builder(
+    tmp_path: Path,
+) -> None:
+    definition, containerfile = ansible_builder_create(tmp_path, EE_DEFINITIONS[0])
     assert f'ARG EE_BASE_IMAGE="{definition["images"]["base_image"]["name"]}"' in containerfile
     # Offline: no Galaxy stage, no mirror of this or any machine in the file (a site passes
     # its PyPI index as a build arg, its Debian mirror through the base image).
@@ -103,13 +110,42 @@ def test_execution_environment_definition_is_accepted_by_ansible_builder(
     assert "ansible-galaxy collection install --offline --no-deps" in containerfile
     assert "bundled_collections.py extract" in containerfile
     assert "bundled_collections.py check" in containerfile
-    assert list((tmp_path / "context" / "_build" / "hygon-dcu").glob("hygon-dcu-*.tar.gz"))
     requirements = yaml.safe_load(
         (tmp_path / "context" / "_build" / "hygon-ee" / "ee-collections.yml").read_text()
     )
     # The EE carries exactly the collections galaxy.yml declares, at the same floors.
     galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     assert {c["name"]: c["version"] for c in requirements["collections"]} == galaxy["dependencies"]
+
+
+def test_the_standard_base_definition_takes_the_collections_from_galaxy(tmp_path: Path) -> None:
+    """Not built here (no registry, no Galaxy): ansible-builder accepts it, and the Containerfile
+    is on the standard base, with a Galaxy stage for exactly galaxy.yml's dependencies and
+    hygon.dcu from this repository's tarball."""
+    definition, containerfile = ansible_builder_create(tmp_path, EE_DEFINITIONS[1])
+    base = definition["images"]["base_image"]["name"]
+    assert not base.startswith("localhost/"), base
+    assert f'ARG EE_BASE_IMAGE="{base}"' in containerfile
+    assert "AS galaxy" in containerfile
+    requirements = yaml.safe_load(
+        (tmp_path / "context" / "_build" / "requirements.yml").read_text()
+    )
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
+    assert {c["name"]: c["version"] for c in requirements["collections"]} == galaxy["dependencies"]
+    assert "ansible-galaxy collection install --offline --no-deps" in containerfile
+
+
+def test_both_execution_environments_pin_one_ansible_core_the_collection_supports() -> None:
+    """One exact ansible-core in both (a rebuild gives the same control node); the EE stage
+    (tests/tools/ee_test.sh) runs the playbooks on it."""
+    pins = {
+        name: yaml.safe_load((EE / name).read_text())["dependencies"]["ansible_core"]["package_pip"]
+        for name in EE_DEFINITIONS
+    }
+    (pin,) = set(pins.values())
+    assert pin.startswith("ansible-core=="), pins
+    supported = yaml.safe_load((REPO / "meta" / "runtime.yml").read_text())["requires_ansible"]
+    assert Version(pin.split("==")[1]) in SpecifierSet(supported), (pin, supported)
 
 
 @pytest.mark.parametrize("scenario", ["default", "cluster"])
@@ -136,34 +172,55 @@ def test_the_documented_awx_setup_is_a_valid_playbook(tmp_path: Path) -> None:
 
 SURVEYS = sorted((REPO / "awx" / "surveys").glob("*.json"))
 PLAYBOOK_INPUTS = {"target", "hygon_dcu_serial"}
+# The role entry points whose argument specs hold each playbook's variables.
+PLAYBOOK_ROLES = {
+    "enable_mig": [("mig_node", "enable")],
+    "disable_mig": [("mig_node", "enable")],
+    "reboot_recovery": [("mig_node", "enable")],
+    "converge": [("mig_node", "enable")],
+    "label_nodes": [("mig_node", "enable")],
+    "report": [("mig_node", "enable"), ("fleet_report", "write")],
+    "deploy_device_plugin": [("device_plugin", "main")],
+}
+# A playbook's default group for `target` (`default('')` is none: the survey must ask).
+TARGET_DEFAULT = re.compile(r"target \| default\('([^']+)'\)")
 
 
-def test_there_is_a_survey_for_every_node_playbook() -> None:
-    assert {path.stem for path in SURVEYS} == {
-        "enable_mig",
-        "disable_mig",
-        "reboot_recovery",
-        "converge",
-        "label_nodes",
-    }
+def role_options(playbook: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for role, entry in PLAYBOOK_ROLES[playbook]:
+        specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+        options |= specs["argument_specs"][entry]["options"]
+    return options
+
+
+def test_there_is_a_survey_for_every_playbook() -> None:
+    playbooks = {path.stem for path in (REPO / "playbooks").glob("*.yml")}
+    assert {path.stem for path in SURVEYS} == playbooks == set(PLAYBOOK_ROLES)
 
 
 @pytest.mark.parametrize("survey", SURVEYS, ids=lambda path: path.stem)
 def test_a_survey_asks_only_for_inputs_with_their_documented_defaults(survey: Path) -> None:
     spec = json.loads(survey.read_text())
-    assert (REPO / "playbooks" / f"{survey.stem}.yml").is_file()
-    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"][
-        "enable"
-    ]["options"]
+    playbook = (REPO / "playbooks" / f"{survey.stem}.yml").read_text()
+    options = role_options(survey.stem)
     questions = {question["variable"]: question for question in spec["spec"]}
     assert set(questions) - PLAYBOOK_INPUTS <= set(options)
-    assert "target" in questions
-    assert questions["target"]["required"] is (survey.stem != "converge")
+    # A playbook with hosts to act on asks for them; required unless it has a default group.
+    if "target" in playbook:
+        target_default = TARGET_DEFAULT.search(playbook)
+        assert questions["target"]["required"] is (target_default is None)
+        assert questions["target"]["default"] == (target_default[1] if target_default else "")
+    else:
+        assert "target" not in questions
     for name, question in questions.items():
         assert question["type"] in {"text", "integer", "multiplechoice"}, name
         if name in options:
             expected = options[name]["default"]
             assert str(question["default"]).lower() == str(expected).lower(), name
+            if question["type"] == "multiplechoice":
+                choices = options[name].get("choices") or [True, False]
+                assert sorted(question["choices"]) == sorted(str(c).lower() for c in choices)
 
 
 def test_the_documented_awx_setup_reads_the_shipped_surveys() -> None:
