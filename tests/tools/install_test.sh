@@ -2,7 +2,8 @@
 # An operator's install, followed literally: build the collection tarball, run the commands of
 # the "Install" block of docs/install.md (README.md must carry the same block) in a fresh HOME
 # with nothing but python3 on PATH, then run, from the installed collection only,
-#   hygon.dcu.enable_mig           on a simulated node (tests/simulator), Kubernetes off, and
+#   docs/operating.md's simulated-node commands (enable_mig, disable_mig; the simulator as it
+#                                  ships in the collection), Kubernetes off, and
 #   hygon.dcu.deploy_device_plugin in render mode (manifests to a directory, no cluster), and
 #   plugin_image/tools/build_image.sh --dry-run (it reads the installed MANIFEST.json).
 # Prints each step's duration. Needs what the Install block needs (a PyPI index, python3-venv);
@@ -17,13 +18,15 @@ work=$(cd "$work" && pwd)
 # shellcheck source=tests/tools/steps.sh
 source "$repo/tests/tools/steps.sh"
 
-# The fenced sh block right after the <!-- install-commands --> marker of a markdown file.
-install_block() {
-  awk '/<!-- install-commands -->/ { armed = 1; next }
+# marked_block FILE MARKER: the fenced sh block right after the <!-- MARKER --> line of a
+# markdown file.
+marked_block() {
+  awk -v marker="<!-- $2 -->" '$0 == marker { armed = 1; next }
        armed && /^```sh$/ { inside = 1; next }
        inside && /^```$/ { exit }
        inside { print }' "$1"
 }
+install_block() { marked_block "$1" install-commands; }
 
 step "read the Install section"
 block=$(install_block "$repo/docs/install.md")
@@ -67,22 +70,17 @@ case $playbook in "$home"/*) ;; *) fail "ansible-playbook came from $playbook, n
 installed=$(run_installed ansible-galaxy collection list hygon.dcu --format json)
 grep -q "\"$home/" <<<"$installed" || fail "hygon.dcu is not installed under $home: $installed"
 
-step "simulated node"
-make -s -C "$repo/tests/simulator" >/dev/null
-node="$work/node"
-rm -rf "$node"
-"$repo/tests/simulator/simnode" init "$node" >/dev/null
-done_step
-
-sim_node_inventory "$node"
-
-step "hygon.dcu.enable_mig on the simulated node"
-run_installed ansible-playbook hygon.dcu.enable_mig "${node_args[@]}" >"$work/enable_mig.log" 2>&1 \
-  || { tail -40 "$work/enable_mig.log"; fail "enable_mig failed (log: $work/enable_mig.log)"; }
-grep -q "^mode: enabled$" <("$repo/tests/simulator/simnode" status "$node") \
-  || fail "enable_mig exited 0 but the simulated node's mode is not enabled"
-grep -q "roles/mig_node" <(grep -F "$home/" "$work/enable_mig.log") \
-  || fail "enable_mig did not run the installed role (log: $work/enable_mig.log)"
+step "docs/operating.md's simulated-node commands, from the installed collection"
+sim_block=$(marked_block "$repo/docs/operating.md" simulated-node-commands)
+[ -n "$sim_block" ] || fail "docs/operating.md has no <!-- simulated-node-commands --> sh block"
+run_installed bash -euc "$sim_block" >"$work/simulated-node.log" 2>&1 \
+  || { tail -40 "$work/simulated-node.log"; fail "a simulated-node command failed (log: $work/simulated-node.log)"; }
+grep -q "^mode: enabled$" "$work/simulated-node.log" \
+  || fail "enable_mig exited 0 but the simulated node's mode was not enabled (log: $work/simulated-node.log)"
+grep -q "roles/mig_node" <(grep -F "$home/" "$work/simulated-node.log") \
+  || fail "the playbooks did not run the installed role (log: $work/simulated-node.log)"
+grep -c "^PLAY RECAP" "$work/simulated-node.log" | grep -qx 2 \
+  || fail "expected enable_mig and disable_mig to run (log: $work/simulated-node.log)"
 done_step
 
 step "hygon.dcu.deploy_device_plugin in render mode"
