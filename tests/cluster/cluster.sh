@@ -102,6 +102,8 @@ main() {
     images)
         (($# == 0)) || usage
         require_root
+        # The scheduler's image carries the built kube-scheduler (a cached build is reused).
+        cluster_build
         prepare_images
         printf '%s\n' "$WORKLOAD_ARCHIVE"
         ;;
