@@ -43,6 +43,10 @@ _COMMON = (
         "ValidatingWebhookConfiguration",
         False,
     ),
+    # Read by the device_plugin role to tell whether cert-manager is installed.
+    ResourceType(
+        "apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition", False
+    ),
 )
 # Subresources served for pods: (name, group/version of its body, kind, verbs).
 _POD_SUBRESOURCES = (
