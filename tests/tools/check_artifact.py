@@ -23,6 +23,7 @@ REQUIRED = (
     "LICENSE",
     "awx/surveys/",
     "observability/",
+    "tools/static_manifests.sh",
 )
 FORBIDDEN_PARTS = (
     ".venv/",
