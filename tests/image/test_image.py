@@ -127,6 +127,23 @@ def test_image_holds_no_build_tooling_and_no_host_ca(image: str) -> None:
     assert "no-gcc" in out
 
 
+def test_image_holds_no_second_http_stack_and_no_asyncio_client(image: str) -> None:
+    """What no program imports is not shipped (the Containerfile says why): aiohttp and what only
+    it needs, and the kubernetes client's asyncio variant. The programs' own tests below run
+    them without these."""
+    script = (
+        "import importlib.metadata as m, importlib.util as u, pathlib, kubernetes\n"
+        "names = {d.metadata['Name'].lower() for d in m.distributions()}\n"
+        "print(sorted(names & {'aiohttp', 'aiohttp-retry', 'yarl', 'multidict', 'frozenlist'}))\n"
+        "print((pathlib.Path(kubernetes.__file__).parent / 'aio').exists())\n"
+        "print(u.find_spec('aiohttp') is None)\n"
+    )
+    result = podman(
+        "run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", script
+    )  # fmt: skip
+    assert result.stdout.split("\n")[:3] == ["[]", "False", "True"], result.stdout
+
+
 def test_webhook_entry_point(image: str) -> None:
     result = podman("run", "--rm", "--network", "none", image, "webhook", "--help")
     assert "--cert-file" in result.stdout
