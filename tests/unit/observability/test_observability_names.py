@@ -56,14 +56,24 @@ P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 TARGET_LABELS = frozenset(
     {"job", "instance", "namespace", "service", "pod", "container", "endpoint", "node"}
 )
-# Names the product does not export, with their labels: Prometheus' own `up`, and the two
-# kube-state-metrics series that tell which pods wait for a partition.
+# Names the product does not export, with their labels: Prometheus' own `up`, the two
+# kube-state-metrics series that tell which pods wait for a partition, and the three that tell
+# whether the runtime's DaemonSet and Deployments are available.
 EXTERNAL: dict[str, frozenset[str]] = {
     "up": TARGET_LABELS,
     "kube_pod_container_resource_requests": frozenset(
         {"job", "instance", "namespace", "pod", "uid", "container", "node", "resource", "unit"}
     ),
     "kube_pod_status_phase": frozenset({"job", "instance", "namespace", "pod", "uid", "phase"}),
+    "kube_daemonset_status_number_unavailable": frozenset(
+        {"job", "instance", "namespace", "daemonset"}
+    ),
+    "kube_deployment_status_replicas_available": frozenset(
+        {"job", "instance", "namespace", "deployment"}
+    ),
+    "kube_deployment_status_replicas_unavailable": frozenset(
+        {"job", "instance", "namespace", "deployment"}
+    ),
 }
 
 

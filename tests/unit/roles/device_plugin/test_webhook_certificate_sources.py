@@ -220,6 +220,16 @@ def test_site_secret_against_a_cluster_needs_the_secret_and_never_touches_it(
                 "data": data,
             }
         )
+        # The ServiceMonitor verifies the webhook with the Secret's ca.crt, which this one lacks.
+        writes = len([r for r in api.requests if r.method != "GET"])
+        monitored = cluster_run(
+            hygon_dcu_device_plugin_service_monitor=True,
+            hygon_dcu_device_plugin_metrics_address="0.0.0.0",
+        )
+        assert monitored.returncode != 0, monitored.output
+        assert "with the CA as ca.crt for the ServiceMonitor" in monitored.output, monitored.output
+        assert len([r for r in api.requests if r.method != "GET"]) == writes
+
         installed = cluster_run()
         assert installed.returncode == 0, installed.output
         configuration = api.get("ValidatingWebhookConfiguration", "hygon-dcu-admission")
