@@ -236,6 +236,17 @@ def partition_pod(
     }
 
 
+def refusal_without_profile(kube: Kube, name: str) -> str:
+    """Creates a pod that asks the partition family without a profile, which the admission
+    webhook refuses: the creation must fail and leave no pod. Returns kubectl's stderr."""
+    pod = partition_pod(name)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {FAMILY: "1"}}
+    done = kube.apply(pod, check=False)
+    assert done.returncode != 0, done.stdout
+    assert kube.pod(name) is None
+    return done.stderr
+
+
 def slice_pod(name: str, memory_mib: int, command: list[str] | None = None) -> dict[str, Any]:
     """A pod of one container asking one logical slice of ``memory_mib`` MiB, scheduled by the
     extender's scheduler: no node advertises the slice's size resource, which that scheduler

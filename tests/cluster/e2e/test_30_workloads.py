@@ -18,6 +18,7 @@ from e2e_support import (
     granted_uuid,
     partition_pod,
     phase,
+    refusal_without_profile,
     wait_for,
 )
 from hygon_dcu_plugin.vocabulary import FAMILY, WHOLE_CARD, annotation_key
@@ -109,12 +110,8 @@ def test_deleted_pod_instance_destroyed(kube: Kube, cluster_sim: SimNode) -> Non
 
 
 def test_request_without_profile_refused_at_creation_with_the_fix(kube: Kube) -> None:
-    pod = partition_pod("no-profile")
-    pod["spec"]["containers"][0]["resources"] = {"limits": {FAMILY: "1"}}
-    done = kube.apply(pod, check=False)
-    assert done.returncode != 0
-    assert f"{FAMILY}.mig-" in done.stderr, done.stderr
-    assert kube.pod("no-profile") is None
+    refusal = refusal_without_profile(kube, "no-profile")
+    assert f"{FAMILY}.mig-" in refusal, refusal
 
 
 def reclaim_delay(kube: Kube, cluster_sim: SimNode, name: str, uuid: str, event: str) -> float:

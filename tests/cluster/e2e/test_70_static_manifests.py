@@ -27,6 +27,7 @@ from e2e_support import (
     partition_pod,
     phase,
     ready_deployments,
+    refusal_without_profile,
     wait_for,
 )
 from hygon_dcu_plugin.vocabulary import FAMILY
@@ -133,13 +134,9 @@ def test_the_file_holds_no_private_key(static_file: tuple[Path, str]) -> None:
 def test_the_webhook_answers_over_the_sites_certificate(
     kube: Kube, static_file: tuple[Path, str]
 ) -> None:
-    pod = partition_pod("static-no-profile")
-    pod["spec"]["containers"][0]["resources"] = {"limits": {FAMILY: "1"}}
-    done = kube.apply(pod, check=False)
-    assert done.returncode != 0
+    refusal = refusal_without_profile(kube, "static-no-profile")
     # The webhook's own refusal (not a failed call: that would name the webhook and its error).
-    assert f"{FAMILY}.mig-" in done.stderr, done.stderr
-    assert kube.pod("static-no-profile") is None
+    assert f"{FAMILY}.mig-" in refusal, refusal
 
 
 def test_a_partition_pod_runs_on_its_partition(
