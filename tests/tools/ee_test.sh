@@ -118,14 +118,15 @@ done_step
 # are mounted at the same paths in the container.
 sim_node_inventory "$node"
 run_count=0
-in_ee() {  # in_ee LOG PLAYBOOK: ansible-playbook PLAYBOOK in a fresh EE container
-  local out=$1 playbook=$2 name
+ee_mounts=(-v "$node:$node" -v "$sim_build:$sim_build:ro")
+in_ee() {  # in_ee LOG COMMAND...: COMMAND in a fresh EE container, network none, output to LOG
+  local out=$1 name
+  shift
   run_count=$((run_count + 1))
   name="hygon-dcu-ee-test-$$-$run_count"
   containers+=("$name")
-  podman run --name "$name" --network none --user 0 \
-    -v "$node:$node" -v "$sim_build:$sim_build:ro" -e ANSIBLE_FORCE_COLOR=0 \
-    "$tag" ansible-playbook "$playbook" "${node_args[@]}" >"$out" 2>&1
+  podman run --name "$name" --network none --user 0 "${ee_mounts[@]}" -e ANSIBLE_FORCE_COLOR=0 \
+    "$tag" "$@" >"$out" 2>&1
   local rc=$?
   podman rm -f --ignore "$name" >/dev/null 2>&1 || true
   return $rc
@@ -140,7 +141,8 @@ in_ee_step() {
   local label=$1 playbook=$2 want=$3 idempotent=${4:-} out again
   out="$work/$label.log"
   step "$playbook in the EE ($label)"
-  in_ee "$out" "$playbook" || { tail -40 "$out"; fail "$playbook failed in the EE (log: $out)"; }
+  in_ee "$out" ansible-playbook "$playbook" "${node_args[@]}" ||
+    { tail -40 "$out"; fail "$playbook failed in the EE (log: $out)"; }
   recap "$out"
   if [ -n "$idempotent" ]; then
     again=$(changed "$out")
@@ -163,21 +165,11 @@ runner="$work/runner"
 rm -rf "$runner" && mkdir -p "$runner/project" "$runner/inventory" "$runner/env"
 printf '%s\n' '- name: The fleet report, as an AWX job template runs it' \
   '  ansible.builtin.import_playbook: hygon.dcu.report' >"$runner/project/report.yml"
-printf 'localhost ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n' \
-  >"$runner/inventory/hosts"
-cat >"$runner/env/extravars" <<JSON
-{"target": "localhost", "hygon_dcu_manage_kubernetes": false, "hygon_dcu_host_root": "$node",
- "hygon_dcu_library_path": "$node/opt/hyhal/lib/libhydmi_mig.so.1",
- "hygon_dcu_environment": {"HYDMI_SIM_ROOT": "$node", "PATH": "$node/opt/hyhal/bin:/usr/bin:/bin"}}
-JSON
-run_count=$((run_count + 1))
-name="hygon-dcu-ee-test-$$-$run_count"
-containers+=("$name")
-podman run --name "$name" --network none --user 0 -v "$node:$node" \
-  -v "$sim_build:$sim_build:ro" -v "$runner:/runner" "$tag" \
-  ansible-runner run /runner -p report.yml >"$work/report-runner.log" 2>&1 ||
+printf 'localhost ansible_connection=local\n' >"$runner/inventory/hosts"
+printf '%s\n' "$node_vars" >"$runner/env/extravars"
+ee_mounts+=(-v "$runner:/runner")
+in_ee "$work/report-runner.log" ansible-runner run /runner -p report.yml ||
   { tail -40 "$work/report-runner.log"; fail "ansible-runner run of the report failed (log: $work/report-runner.log)"; }
-podman rm -f --ignore "$name" >/dev/null 2>&1 || true
 "$repo/.venv/bin/python" "$repo/tests/tools/report_artifact.py" "$runner/artifacts" \
   "$("$repo/tests/simulator/simnode" status "$node")" ||
   fail "the report's job artifact does not match the simulated node (log: $work/report-runner.log)"

@@ -21,13 +21,9 @@ import yaml
 from fake_api_server import FakeApiServer, serving
 
 from .certificates import WEBHOOK_SERVICE, make_certificate, site_certificate_variables
-from .render import MANIFESTS, RoleRun, run_role
+from .render import MANIFESTS, run_role
 
 CERT_MANAGER: dict[str, Any] = {"hygon_dcu_device_plugin_webhook_certificate": "cert_manager"}
-
-
-def only(run: RoleRun, kind: str) -> dict[str, Any]:
-    return run.find(kind)
 
 
 def mounted_secrets(deployment: dict[str, Any]) -> set[str]:
@@ -43,7 +39,7 @@ def test_the_rendered_manifests_hold_no_private_key_and_the_webhook_mounts_cert_
     assert "PRIVATE KEY" not in (run.render_dir / MANIFESTS).read_text()
     kinds = [obj["kind"] for obj in run.objects()]
     assert "Secret" not in kinds
-    issuer, certificate = only(run, "Issuer"), only(run, "Certificate")
+    issuer, certificate = run.find("Issuer"), run.find("Certificate")
     assert issuer["spec"] == {"selfSigned": {}}
     assert certificate["spec"]["issuerRef"] == {
         "group": "cert-manager.io",
@@ -52,7 +48,7 @@ def test_the_rendered_manifests_hold_no_private_key_and_the_webhook_mounts_cert_
     }
     deployment = run.find("Deployment", "hygon-dcu-admission")
     assert certificate["spec"]["secretName"] in mounted_secrets(deployment)
-    configuration = only(run, "ValidatingWebhookConfiguration")
+    configuration = run.find("ValidatingWebhookConfiguration")
     (webhook,) = configuration["webhooks"]
     service = webhook["clientConfig"]["service"]
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
@@ -74,7 +70,7 @@ def test_a_site_issuer_is_used_and_no_issuer_of_the_roles_own_is_made(tmp_path: 
     )
     assert run.returncode == 0, run.output
     assert "Issuer" not in [obj["kind"] for obj in run.objects()]
-    assert only(run, "Certificate")["spec"]["issuerRef"] == {"group": "cert-manager.io", **issuer}
+    assert run.find("Certificate")["spec"]["issuerRef"] == {"group": "cert-manager.io", **issuer}
 
 
 def test_conflicting_or_malformed_inputs_are_refused_before_anything_is_written(
@@ -159,7 +155,7 @@ def test_site_secret_renders_no_key_and_trusts_the_sites_ca(tmp_path: Path) -> N
     assert key.split("\n")[1] not in text
     assert "Secret" not in [obj["kind"] for obj in run.objects()]
     assert SITE_SECRET_NAME in mounted_secrets(run.find("Deployment", "hygon-dcu-admission"))
-    (webhook,) = only(run, "ValidatingWebhookConfiguration")["webhooks"]
+    (webhook,) = run.find("ValidatingWebhookConfiguration")["webhooks"]
     assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode().strip() == ca.strip()
 
 
