@@ -53,5 +53,22 @@ python_venv() {
   "$py" -c "import $check" || return 1
   mkdir -p "$collections/ansible_collections/hygon"
   ln -sfn "$repo" "$collections/ansible_collections/hygon/dcu"
-  [ "${1:-}" = demo ] || "$py" tests/tools/ansible_test_offline.py
+  [ "${1:-}" = demo ] && return 0
+  "$py" tests/tools/ansible_test_offline.py && promtool_binary
+}
+
+# promtool_binary: Prometheus' checker of metric pages and rule files, for the tests. Only the
+# binary is taken out of Debian's prometheus package (the server and its service are not
+# installed) and kept in the venv.
+promtool_binary() {
+  [ -x "$venv/bin/promtool" ] && return 0
+  local work rc
+  work=$(mktemp -d) || return 1
+  (cd "$work" && apt-get download -qq prometheus 2>/dev/null) \
+    && dpkg-deb --fsys-tarfile "$work"/prometheus_*.deb | tar -x -C "$work" ./usr/bin/promtool \
+    && install -m 0755 "$work/usr/bin/promtool" "$venv/bin/promtool"
+  rc=$?
+  rm -rf "$work"
+  [ $rc -eq 0 ] || log "promtool: cannot take it from Debian's prometheus package"
+  return $rc
 }

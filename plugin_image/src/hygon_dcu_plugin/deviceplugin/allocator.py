@@ -242,14 +242,14 @@ class Allocator:
                 response = self._partition(device_ids)
             return response
         except RequestRefused as refused:
-            self.metrics.allocation_failures.inc(reason=refused.reason.value)
+            self.metrics.allocation_failures.labels(refused.reason.value).inc()
             log.warning(
                 "Allocate refused",
                 extra={"resource": resource, "reason": refused.reason.value, "why": str(refused)},
             )
             raise
         except Exception as exc:
-            self.metrics.allocation_failures.inc(reason=type(exc).__name__)
+            self.metrics.allocation_failures.labels(type(exc).__name__).inc()
             raise
         finally:
             self.metrics.allocate_seconds.observe(time.monotonic() - started)
@@ -344,7 +344,7 @@ class Allocator:
                 if isinstance(exc, GrantError):
                     raise self._store_gone(exc) from exc
                 raise
-        self.metrics.allocations.inc(profile=profile_name)
+        self.metrics.allocations.labels(profile_name).inc()
         self.events.emit(
             pod.ref,
             NORMAL,

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from hygon_dcu_plugin.exposition import CONTENT_TYPE
+
 # What a GET of one path answers: status, body, Content-Type.
 Page = Callable[[], tuple[int, str, str]]
 
@@ -81,6 +83,6 @@ class MetricsServer(Listener):
 
     def __init__(self, address: str, metrics: Callable[[], str]) -> None:
         def page() -> tuple[int, str, str]:
-            return 200, metrics(), "text/plain; version=0.0.4"
+            return 200, metrics(), CONTENT_TYPE
 
         super().__init__(address, {"/metrics": page}, "metrics")

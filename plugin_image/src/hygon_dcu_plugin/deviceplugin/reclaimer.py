@@ -196,7 +196,7 @@ class Reclaimer:
 
     def _count(self, action: str, n: int = 1) -> None:
         if n:
-            self.metrics.reclaim_actions.inc(n, action=action)
+            self.metrics.reclaim_actions.labels(action).inc(n)
 
     # one pass ----------------------------------------------------------------------------
     def run_pass(self) -> PassReport:

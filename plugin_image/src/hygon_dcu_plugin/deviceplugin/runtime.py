@@ -40,7 +40,12 @@ from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
 from hygon_dcu_plugin.deviceplugin.service import PluginServers
 from hygon_dcu_plugin.deviceplugin.slice_allocator import SliceAllocator, SlicesUnreadable
 from hygon_dcu_plugin.deviceplugin.slice_reclaimer import SlicePassReport, SliceReclaimer
-from hygon_dcu_plugin.deviceplugin.slice_view import slice_room, sliced_geometry
+from hygon_dcu_plugin.deviceplugin.slice_view import (
+    SliceView,
+    slice_occupancy,
+    slice_room,
+    sliced_geometry,
+)
 from hygon_dcu_plugin.deviceplugin.whole_cards import plan_whole_cards
 from hygon_dcu_plugin.geometry import Geometry, GeoSliceCard, of_cards
 from hygon_dcu_plugin.kube import KubeApi
@@ -79,8 +84,8 @@ class Runtime:
         self.events = PodEvents(kube)
         # Logical slices: served with the mode off only (the driver refuses them with it on).
         self.vdevs = Vdevs(settings.host_root)
-        # What each card has left for slices, as the last plan read it (the metrics).
-        self._slice_room: dict[str, dict[str, int]] = {}
+        # The node's slices as the last plan read them (the metrics); None when unreadable.
+        self._slice_view: SliceView | None = None
         self.slices = (
             None
             if self.partitioned
@@ -236,7 +241,7 @@ class Runtime:
 
     def _registered(self, ok: bool) -> None:
         self.registered = ok
-        self.metrics.registered.set_all({(): 1.0 if ok else 0.0})
+        self.metrics.registered.set(1.0 if ok else 0.0)
 
     # counts ----------------------------------------------------------------------------
     def plan(self) -> dict[str, list[Device]]:
@@ -269,11 +274,11 @@ class Runtime:
         except SlicesUnreadable as exc:
             # Nothing new is offered on a node whose slices cannot be read; held ones stay.
             log.error("cannot read the node's slices", extra={"error": str(exc)})
-            self._slice_room = {}
+            self._slice_view = None
             plan = plan_whole_cards(self.node, self.settings.host_root)
             plan[SLICED] = slice_plan(0, in_use, 0)
             return plan
-        self._slice_room = slice_room(view)
+        self._slice_view = view
         plan = plan_whole_cards(self.node, self.settings.host_root, view.sliced(), view.held_whole)
         plan[SLICED] = slice_plan(view.pool(), in_use, view.free_slots() + unlisted)
         return plan
@@ -336,16 +341,22 @@ class Runtime:
                 for grant in loaded.slices
             }
         )
+        view = None if self.partitioned else self._slice_view
         self.metrics.slice_card_free.set_all(
-            {}
-            if self.partitioned
-            else {
+            {
                 (("card", pci), ("resource", resource)): float(value)
-                for pci, room in self._slice_room.items()
+                for pci, room in (slice_room(view) if view else {}).items()
                 for resource, value in room.items()
             }
         )
+        self.metrics.set_mode(self.partitioned)
         if not self.partitioned:
+            self.metrics.card_occupancy.set_all(
+                {
+                    (("card", pci),): share
+                    for pci, share in (slice_occupancy(view) if view else {}).items()
+                }
+            )
             self.metrics.live_instances.set_all({})
             self.metrics.free.set_all({})
             return
@@ -360,6 +371,13 @@ class Runtime:
             by_profile: LabelKey = (("profile", name),)
             values[by_profile] = values.get(by_profile, 0.0) + 1
         self.metrics.live_instances.set_all(values)
+        self.metrics.card_occupancy.set_all(
+            {
+                (("card", card.pci),): len(card.occupied) / card.slice_count
+                for card in cards
+                if card.healthy and card.pci and card.slice_count > 0
+            }
+        )
         free = free_capacity(offered_views(cards))
         self.metrics.free.set_all({(("resource", r),): float(n) for r, n in free.items()})
 

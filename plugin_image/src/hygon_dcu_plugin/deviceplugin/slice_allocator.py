@@ -308,7 +308,7 @@ class SliceAllocator:
                     AllocateRefusal.GRANTS_STORE, f"no slice given: {exc}"
                 ) from exc
             raise
-        self.metrics.allocations.inc(profile=SLICE_METRIC_LABEL)
+        self.metrics.allocations.labels(SLICE_METRIC_LABEL).inc()
         self.events.emit(
             pod.ref,
             NORMAL,

@@ -87,7 +87,7 @@ class SliceReclaimer:
 
     def _count(self, action: str, n: int = 1) -> None:
         if n:
-            self.metrics.reclaim_actions.inc(n, action=action)
+            self.metrics.reclaim_actions.labels(action).inc(n)
 
     def _read(self) -> list[Vdev]:
         return self.vdevs.read().vdevs

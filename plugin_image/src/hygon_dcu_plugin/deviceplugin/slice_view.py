@@ -100,6 +100,20 @@ def slice_room(view: SliceView) -> dict[str, dict[str, int]]:
     return room
 
 
+def slice_occupancy(view: SliceView) -> dict[str, float]:
+    """Per card (PCI address): the share of its compute units live slices take, 1 on a card
+    held whole (the hygon_dcu_card_occupancy_ratio gauge)."""
+    shares = {}
+    for index, pci in sorted(view.keys.items()):
+        size = view.sizes.get(index)
+        if size is None or size.compute_units <= 0:
+            continue
+        used = sum(v.compute_units for v in view.vdevs if v.card == index)
+        whole = pci in view.held_whole
+        shares[pci] = 1.0 if whole else min(1.0, used / size.compute_units)
+    return shares
+
+
 def sliced_geometry(view: SliceView, grants: Sequence[SliceGrant]) -> tuple[GeoSliceCard, ...]:
     """The view as the geometry Lease publishes it: every keyed card, with its live slices and
     the pod each belongs to ("" for a slice no grant names)."""

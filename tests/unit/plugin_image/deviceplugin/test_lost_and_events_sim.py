@@ -70,7 +70,10 @@ def test_opt_in_deletes_the_pod_and_the_stale_grant_is_then_dropped(
     report = harness.reclaimer.run_pass()
     assert sorted(report.lost) == sorted(r.uuid for r in grants.values())
     assert sorted(p.name for p in harness.kube.deleted_by_plugin) == ["a", "b"]
-    assert harness.runtime.metrics.reclaim_actions.value(action="lost_pod_deleted") == 2
+    assert (
+        harness.runtime.metrics.sample("hygon_dcu_reclaim_actions_total", action="lost_pod_deleted")
+        == 2
+    )
     for ref in harness.kube.deleted_by_plugin:
         harness.reclaimer.pod_event(PodEvent("DELETED", ref.namespace, ref.name, ref.uid))
     harness.admit("c")

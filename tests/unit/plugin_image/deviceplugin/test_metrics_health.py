@@ -22,28 +22,30 @@ from kubernetes import client
 
 def test_metrics_text() -> None:
     metrics = Metrics()
-    metrics.allocations.inc(profile="2g.15gb")
-    metrics.allocation_failures.inc(reason="no_capacity")
+    metrics.allocations.labels("2g.15gb").inc()
+    metrics.allocation_failures.labels("no_capacity").inc()
     metrics.live_instances.set_all({(("profile", "2g.15gb"),): 3})
     metrics.allocate_seconds.observe(0.03)
     text = metrics.render()
-    assert 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
-    assert 'hygon_dcu_allocation_failures_total{reason="no_capacity"} 1' in text
-    assert 'hygon_dcu_live_instances{profile="2g.15gb"} 3' in text
-    assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.025"} 0' in text
-    assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.05"} 1' in text
-    assert "hygon_dcu_allocate_duration_seconds_count 1" in text
+    assert 'hygon_dcu_allocations_total{profile="2g.15gb"} 1.0' in text
+    assert 'hygon_dcu_allocation_failures_total{reason="no_capacity"} 1.0' in text
+    assert 'hygon_dcu_live_instances{profile="2g.15gb"} 3.0' in text
+    assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.025"} 0.0' in text
+    assert 'hygon_dcu_allocate_duration_seconds_bucket{le="0.05"} 1.0' in text
+    assert "hygon_dcu_allocate_duration_seconds_count 1.0" in text
     assert "# TYPE hygon_dcu_reclaim_actions_total counter" in text
 
 
 def test_every_failure_reason_starts_at_zero_and_is_documented() -> None:
     text = Metrics().render()
-    image_md = (Path(__file__).resolve().parents[4] / "docs" / "image.md").read_text()
+    reference = (Path(__file__).resolve().parents[4] / "docs" / "observability.md").read_text()
     (row,) = [
-        line for line in image_md.splitlines() if "hygon_dcu_allocation_failures_total" in line
+        line
+        for line in reference.splitlines()
+        if line.startswith("| `hygon_dcu_allocation_failures_total`")
     ]
     for refusal in AllocateRefusal:
-        assert f'hygon_dcu_allocation_failures_total{{reason="{refusal.value}"}} 0' in text
+        assert f'hygon_dcu_allocation_failures_total{{reason="{refusal.value}"}} 0.0' in text
         assert f"`{refusal.value}`" in row
         assert f"`{refusal.status}`" in row
 

@@ -35,7 +35,9 @@ def test_deleted_pod_is_reclaimed_ci_then_gi(harness: Harness) -> None:
     assert harness.node.instances() == []
     assert harness.runtime.store.load().grants == []
     assert [op.split()[0] for op in harness.sim.ops()[-2:]] == ["destroy_ci", "destroy_gi"]
-    assert harness.runtime.metrics.reclaim_actions.value(action="destroyed") == 1
+    assert (
+        harness.runtime.metrics.sample("hygon_dcu_reclaim_actions_total", action="destroyed") == 1
+    )
 
 
 def test_succeeded_failed_and_terminating_pods_are_reclaimed_running_kept(
@@ -219,7 +221,10 @@ def test_a_corrupt_grant_stops_orphan_collection_and_is_reported(harness: Harnes
     assert report.unreadable and report.unreadable[0][0] == str(bad)
     assert (report.orphan_collection_skipped or "").startswith("skipped: unreadable grants")
     assert orphan in {i.uuid for i in harness.node.instances()}
-    assert harness.runtime.metrics.reclaim_actions.value(action="corrupt_grant") == 1
+    assert (
+        harness.runtime.metrics.sample("hygon_dcu_reclaim_actions_total", action="corrupt_grant")
+        == 1
+    )
     bad.unlink()
     assert harness.reclaimer.run_pass().orphans == [f"0000:cc:00.0 gi3 {orphan}"]
 

@@ -135,7 +135,7 @@ def test_serve_registers_allocates_reports_and_stops(
         "pods", method="GET", named=False
     )  # the pods of the node, read through the real client
     status, text = plugin.get("/metrics", plugin.metrics_port)
-    assert status == 200 and 'hygon_dcu_allocations_total{profile="2g.15gb"} 1' in text
+    assert status == 200 and 'hygon_dcu_allocations_total{profile="2g.15gb"} 1.0' in text
     assert plugin.get("/metrics") == (404, "")  # not on the probes' listener
     assert plugin.get("/readyz", plugin.metrics_port) == (404, "")
     api.remove("Pod", "train", "team")

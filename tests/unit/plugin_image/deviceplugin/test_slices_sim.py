@@ -157,35 +157,41 @@ def test_two_slices_in_one_container_are_refused(slice_harness: Harness) -> None
 def test_each_granted_slice_is_named_in_the_metrics(slice_harness: Harness) -> None:
     slice_harness.admit_slice("a", 8 * GIB, compute_units=10)
     grant = slice_harness.runtime.store.load().slices[0]
-    rendered = slice_harness.runtime.metrics.render()
-    assert (
-        f'hygon_dcu_slice_info{{vdev="{grant.vdev_id}",namespace="default",pod="a",'
-        f'container="main",card="0000:09:00.0",compute_units="10",memory_mib="8192"}} 1'
-    ) in rendered
+    metrics = slice_harness.runtime.metrics
+    holder = {"namespace": "default", "pod": "a", "container": "main", "card": "0000:09:00.0"}
+    size = {"compute_units": "10", "memory_mib": "8192"}
+    assert metrics.sample("hygon_dcu_slice_info", vdev=str(grant.vdev_id), **holder, **size) == 1
     slice_harness.finish("a")
     slice_harness.runtime.reclaim_slices()
     assert "hygon_dcu_slice_info{" not in slice_harness.runtime.metrics.render()
 
 
 def test_what_each_card_has_left_for_slices_is_in_the_metrics(slice_harness: Harness) -> None:
-    def free(card: str, resource: str) -> str:
-        prefix = f'hygon_dcu_slice_card_free{{card="{card}",resource="{resource}"}} '
-        lines = slice_harness.runtime.metrics.render().splitlines()
-        return str(next(line for line in lines if line.startswith(prefix)).split()[-1])
+    metrics = slice_harness.runtime.metrics
+
+    def free(card: str, resource: str) -> float:
+        return float(metrics.sample("hygon_dcu_slice_card_free", card=card, resource=resource))
+
+    def occupancy(card: str) -> float:
+        return float(metrics.sample("hygon_dcu_card_occupancy_ratio", card=card))
 
     slice_harness.admit_slice("a", 8 * GIB, compute_units=10)
     slice_harness.runtime.refresh()
-    assert free("0000:09:00.0", "compute_units") == "70"
-    assert free("0000:09:00.0", "memory_mib") == str(65520 - 8 * GIB)
-    assert free("0000:09:00.0", "slices") == "3"
-    assert free("0000:0c:00.0", "memory_mib") == "65520"
+    assert free("0000:09:00.0", "compute_units") == 70
+    assert free("0000:09:00.0", "memory_mib") == 65520 - 8 * GIB
+    assert free("0000:09:00.0", "slices") == 3
+    assert free("0000:0c:00.0", "memory_mib") == 65520
+    assert (occupancy("0000:09:00.0"), occupancy("0000:0c:00.0")) == (10 / 80, 0)
+    assert metrics.sample("hygon_dcu_mig_mode", mode="off") == 1
+    assert metrics.sample("hygon_dcu_mig_mode", mode="on") == 0
     # A card the kubelet holds whole has nothing left for slices.
     slice_harness.kube.add_pod("default", "whole", {"main": {WHOLE_CARD: "1"}})
     slice_harness.kubelet.pods["default/whole"] = {"main": {WHOLE_CARD: ["0000:0c:00.0"]}}
     slice_harness.allocator.allocate(WHOLE_CARD, ["0000:0c:00.0"])
     slice_harness.runtime.refresh()
-    assert free("0000:0c:00.0", "memory_mib") == "0"
-    assert free("0000:0c:00.0", "slices") == "0"
+    assert free("0000:0c:00.0", "memory_mib") == 0
+    assert free("0000:0c:00.0", "slices") == 0
+    assert occupancy("0000:0c:00.0") == 1
 
 
 def test_the_geometry_lease_lists_the_cards_offered_for_slices(slice_harness: Harness) -> None:

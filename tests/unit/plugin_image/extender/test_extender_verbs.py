@@ -601,9 +601,11 @@ def test_metrics_count_latency_and_stale_nodes(
     running.filter(pod, ["node-a", "node-b"])
     running.prioritize(pod, ["node-a"])
     assert running.bind(pod, "node-a") == ""
-    assert running.metric("hygon_dcu_extender_filter_seconds_count") == 1
-    assert running.metric("hygon_dcu_extender_prioritize_seconds_count") == 1
-    assert running.metric("hygon_dcu_extender_bind_seconds_count") == 1
+    assert running.metric('hygon_dcu_extender_request_duration_seconds_count{verb="filter"}') == 1
+    assert (
+        running.metric('hygon_dcu_extender_request_duration_seconds_count{verb="prioritize"}') == 1
+    )
+    assert running.metric('hygon_dcu_extender_request_duration_seconds_count{verb="bind"}') == 1
     assert running.metric("hygon_dcu_extender_reservations") == 1
     assert running.metric("hygon_dcu_extender_stale_nodes") == 1
     status, _ignored = running.post("/filter", {"Pod": pod})

@@ -286,7 +286,9 @@ def test_the_server_answers_any_body_with_200_or_a_4xx_never_a_500(
         decide()
         near()
         assert running.metric('hygon_dcu_extender_bad_requests_total{reason="invalid-json"}') > 0
-        assert running.metric("hygon_dcu_extender_filter_seconds_count") > 0
+        assert (
+            running.metric('hygon_dcu_extender_request_duration_seconds_count{verb="filter"}') > 0
+        )
 
 
 def test_wrong_methods_paths_and_content_types_are_refused(

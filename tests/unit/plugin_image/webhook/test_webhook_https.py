@@ -268,7 +268,7 @@ def test_metrics_are_prometheus_text(running_webhook: Running) -> None:
     assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
     text = body.decode()
     assert "# TYPE hygon_dcu_admission_reviews_total counter" in text
-    assert 'hygon_dcu_admission_denials_total{rule="partition-in-sidecar"} 0' in text
+    assert 'hygon_dcu_admission_denials_total{rule="partition-in-sidecar"} 0.0' in text
 
 
 def test_client_with_another_ca_cannot_connect(running_webhook: Running) -> None:
