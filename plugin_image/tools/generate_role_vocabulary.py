@@ -113,6 +113,7 @@ def names() -> list[Name]:
             "vocabulary.RESERVATION_ANNOTATION",
         ),
         Name("reserved_label", vocabulary.RESERVED_LABEL, "vocabulary.RESERVED_LABEL"),
+        Name("mig_state_label", vocabulary.MIG_STATE_LABEL, "vocabulary.MIG_STATE_LABEL"),
     ]
     for name in found:
         if not (_NAME.match(name.value) or _LABEL.match(name.value)):

@@ -100,6 +100,17 @@ mig_info:
           occupied_slices: [0]
           remaining: {"2g.15gb": 3, "4g.31gb": 1, "8g.63gb": 0}
           free_placements: {"2g.15gb": ["1:1", "2:1", "3:1"], "4g.31gb": ["2:2"], "8g.63gb": []}
+    node_labels:
+      description:
+        - The capability labels of the node's Kubernetes Node, which the mig_node role writes
+          and the device plugin keeps true. They give the healthy card count, whether a card
+          offers profiles, the cards' model when they share one, the mode when it is known, and
+          per profile how many the empty cards hold.
+        - Null when the library is unusable, since nothing is certain then.
+      type: dict
+      sample: {"hygon.com/dcu.count": "2", "hygon.com/dcu.mig.capable": "true",
+               "hygon.com/dcu.product": "c3000-bw", "hygon.com/dcu.mig.mode": "on",
+               "hygon.com/dcu.mig-2g.15gb.count": "8"}
     profiles:
       description: Profiles by name across cards, with the cards offering each.
       type: list
@@ -171,6 +182,7 @@ from ..module_utils.hydmi import HydmiError
 from ..module_utils.cards import Card
 from ..module_utils.dmi import DmiError
 from ..module_utils.node import ModeSource, Node
+from ..module_utils.node_labels import capability_labels
 from ..module_utils.vdevs import VdevError, Vdevs
 
 
@@ -255,6 +267,8 @@ def gather(node: Node) -> dict[str, Any]:
         "poison": [finding_facts(f) for f in registry.poison],
         "findings": [finding_facts(f) for f in registry.findings],
         "logical_slices": logical_slices(node.host_root),
+        # Unsure without the library: no labels rather than wrong ones (0 cards, no profiles).
+        "node_labels": capability_labels(cards, mode.current) if library_error is None else None,
         "errors": errors,
     }
 

@@ -81,6 +81,7 @@ class Settings:
     metrics_address: str = "127.0.0.1:9411"
     log_level: str = "info"
     delete_pods_with_lost_partitions: bool = False
+    node_labels: bool = False
     geometry_namespace: str | None = None
     geometry_renew_seconds: float = 10.0
     geometry_lease_seconds: int = 40
@@ -97,11 +98,9 @@ class Settings:
             if not (optional and value == "") and not _is_host_port(value):
                 nothing = " (or empty: not served)" if optional else ""
                 raise ConfigError(f"{name}: {value!r} must be HOST:PORT, port 1-65535{nothing}")
-        if not isinstance(self.delete_pods_with_lost_partitions, bool):
-            raise ConfigError(
-                "delete_pods_with_lost_partitions: "
-                f"{self.delete_pods_with_lost_partitions!r} must be true or false"
-            )
+        for flag in ("delete_pods_with_lost_partitions", "node_labels"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"{flag}: {getattr(self, flag)!r} must be true or false")
         if self.geometry_namespace:
             problem = kube_name_problem(self.geometry_namespace, subdomain=False)
             if problem:
@@ -165,6 +164,10 @@ config file (--config, YAML mapping; flags override it; every key is optional):
                         true: delete a running pod whose partition is gone (after a power
                         loss, or destroyed by hand) so its controller recreates it; false:
                         only a Warning Event and a metric
+  node_labels (true/false, default false)
+                        true: keep this node's capability labels (hygon.com/dcu.count,
+                        .mig.capable, .mig.mode, .product, .mig-<profile>.count) true, checked
+                        every resync_seconds (needs node_name, and nodes get/patch)
   geometry_namespace    namespace of this node's geometry Lease, which the scheduler extender
                         reads (default: $POD_NAMESPACE; empty: no Lease, and the extender
                         cannot place partitions on this node)

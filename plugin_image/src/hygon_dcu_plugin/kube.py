@@ -1,8 +1,9 @@
 """Every Kubernetes API call the plugin makes, behind one small interface.
 
 `KubeApi` is what the allocator and the reclaimer depend on; `KubernetesApi` is the real one
-(the `kubernetes` client). Keep every call in this file and in API_ACCESS, LOST_POD_DELETE_ACCESS
-or LEASE_ACCESS below: the RBAC rules of the DaemonSet are derived from those constants.
+(the `kubernetes` client). Keep every call in this file and in API_ACCESS,
+LOST_POD_DELETE_ACCESS, NODE_LABEL_ACCESS or LEASE_ACCESS below: the RBAC rules of the DaemonSet
+are derived from those constants.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ API_ACCESS: tuple[tuple[str, str, str], ...] = (
 # Granted only with delete_pods_with_lost_partitions (off by default), the one feature that
 # calls it: delete_pod_with_uid, a running pod whose partition is lost.
 LOST_POD_DELETE_ACCESS: tuple[tuple[str, str, str], ...] = (("", "pods", "delete"),)
+# Granted only with node_labels (off by default): node_labels and patch_node_labels, the
+# capability labels kept true (deviceplugin/node_labeler.py).
+NODE_LABEL_ACCESS: tuple[tuple[str, str, str], ...] = (("", "nodes", "get"), ("", "nodes", "patch"))
 
 # The geometry Lease (docs/dev/extender.md), written by put_geometry_lease. Granted by a Role in
 # the plugin's own namespace, NOT by the ClusterRole derived from API_ACCESS: a plugin pod can
@@ -160,6 +164,12 @@ class KubeApi(Protocol):
         self, node_name: str, on_event: Callable[[PodEvent], None], stop: threading.Event
     ) -> None:
         """Call on_event for every change of a pod bound to node_name, until stop is set."""
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        """The Node's labels."""
+
+    def patch_node_labels(self, name: str, labels: dict[str, str | None]) -> None:
+        """Set these labels of the Node (None removes one), no other."""
 
     def put_geometry_lease(
         self, namespace: str, name: str, text: str, holder: str, duration_seconds: int
@@ -302,6 +312,21 @@ class KubernetesApi:
                 stop.wait(5.0)
             finally:
                 watcher.stop()
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        node = api_call(
+            f"get node {name}",
+            lambda: self._core.read_node(name, _request_timeout=self._timeout),
+        )
+        return dict(node.metadata.labels or {})
+
+    def patch_node_labels(self, name: str, labels: dict[str, str | None]) -> None:
+        # A merge patch: None removes a label. Only the keys given are touched.
+        body = {"metadata": {"labels": labels}}
+        api_call(
+            f"label node {name}",
+            lambda: self._core.patch_node(name, body, _request_timeout=self._timeout),
+        )
 
     def put_geometry_lease(
         self, namespace: str, name: str, text: str, holder: str, duration_seconds: int

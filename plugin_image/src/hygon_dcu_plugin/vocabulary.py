@@ -36,6 +36,9 @@ PARK_LABEL = VENDOR_PREFIX + "dcu.device-plugin"  # node: "parked" during a mode
 EVICT_LABEL = VENDOR_PREFIX + "dcu.evict"  # pod: marked for eviction by mig_node
 ADMISSION_SCOPE_LABEL = VENDOR_PREFIX + "dcu.admission"  # namespace: the webhook's scope
 CONFIG_HASH_ANNOTATION = VENDOR_PREFIX + "config-sha256"  # pod template: rolls on a new config
+# node: where mig_node's last mode switch stands: pending, then success or failed (the
+# capability labels beside it are module_utils/node_labels.py's)
+MIG_STATE_LABEL = VENDOR_PREFIX + "dcu.mig.config.state"
 
 # The scheduler extender (docs/dev/extender.md). The device plugin publishes its node's geometry
 # as an annotation of a Lease named after the node, labelled GEOMETRY_LABEL, in its own

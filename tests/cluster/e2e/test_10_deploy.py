@@ -17,8 +17,9 @@ from hygon_dcu_plugin.vocabulary import WHOLE_CARD
 from privileges import assert_privileges_as_documented
 
 
-def test_node_labelled_for_the_daemonset(kube: Kube) -> None:
-    kube.run("label", "node", kube.node, "hygon.com/dcu.present=true", "--overwrite")
+def test_node_labelled_for_the_daemonset(kube: Kube, playbooks: Playbooks) -> None:
+    # As an operator does it: label_nodes reads the host, then labels its Node.
+    playbooks.run("hygon.dcu.label_nodes", "-e", f"target={kube.node}")
     labels = kube.node_object()["metadata"]["labels"]
     assert labels.get("hygon.com/dcu.present") == "true"
 
@@ -32,6 +33,19 @@ def test_deploy_twice_second_run_changes_nothing(
         "hygon.dcu.deploy_device_plugin", "-e", f"hygon_dcu_api_host={kube.node}"
     )
     assert second.changed_total == 0, second.output[-6000:]
+
+
+def test_the_node_carries_its_capability_labels_after_deploy(
+    kube: Kube, cluster_sim: SimNode
+) -> None:
+    labels = kube.node_object()["metadata"]["labels"]
+    cards = len(cluster_sim.status().cards)
+    assert labels["hygon.com/dcu.count"] == str(cards)
+    assert labels["hygon.com/dcu.mig.capable"] == "true"
+    assert labels["hygon.com/dcu.mig.mode"] == "off"
+    # The simulated C-3000's 4 slices a card: four 2g.15gb, two 4g.31gb, one 8g.63gb.
+    assert labels["hygon.com/dcu.mig-2g.15gb.count"] == str(4 * cards)
+    assert labels["hygon.com/dcu.mig-8g.63gb.count"] == str(cards)
 
 
 def test_plugin_and_webhook_ready(kube: Kube) -> None:

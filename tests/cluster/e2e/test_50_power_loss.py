@@ -140,11 +140,23 @@ def test_power_loss_with_self_healing_on(
         # and the webhook off, which nothing here needs: its account goes with it
         "-e",
         "hygon_dcu_device_plugin_webhook_enabled=false",
+        # and the node's labels kept by the plugin
+        "-e",
+        "hygon_dcu_device_plugin_node_labels=true",
     )
     wait_for("a Ready plugin pod with self-healing on", kube.ready_plugin_pod, 240)
-    # the opt-in, and only it, lets the plugin delete pods; the webhook's account holds nothing
+    # the opt-ins, and only they, let the plugin delete pods and label nodes; the webhook's
+    # account holds nothing
     assert_privileges_as_documented(
-        kube, webhook_enabled=False, delete_pods_with_lost_partitions=True
+        kube, webhook_enabled=False, delete_pods_with_lost_partitions=True, node_labels=True
+    )
+    # A capability label removed by hand is put back by the plugin on its next pass.
+    count = kube.node_object()["metadata"]["labels"]["hygon.com/dcu.count"]
+    kube.run("label", "node", kube.node, "hygon.com/dcu.count-")
+    wait_for(
+        "the plugin to put hygon.com/dcu.count back",
+        lambda: kube.node_object()["metadata"]["labels"].get("hygon.com/dcu.count") == count,
+        120,
     )
     name, uuid = wait_for(
         "the survivor running with its partition",

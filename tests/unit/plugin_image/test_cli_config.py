@@ -92,6 +92,7 @@ def test_geometry_timing_from_file_and_flags(tmp_path: Path) -> None:
         ("metrics_address: 'h:99999'\n", "metrics_address: 'h:99999' must be HOST:PORT"),
         ("metrics_address:\n", "metrics_address: None must be HOST:PORT"),
         ("delete_pods_with_lost_partitions: 'yes'\n", "must be true or false"),
+        ("node_labels: 1\n", "must be true or false"),
         ("geometry_namespace: Hygon_DCU\n", "geometry_namespace: 'Hygon_DCU' must be a DNS label"),
         ("geometry_namespace: a.b\n", "geometry_namespace: 'a.b' must be a DNS label"),
         (f"geometry_namespace: {'n' * 64}\n", "must be a DNS label"),
@@ -160,6 +161,8 @@ def test_metrics_address_is_loopback_unless_set(tmp_path: Path) -> None:
 
 def test_delete_pods_flag_and_key(tmp_path: Path) -> None:
     assert parse().delete_pods_with_lost_partitions is False
+    assert parse().node_labels is False
+    assert parse("--node-labels", "true").node_labels
     assert parse("--delete-pods-with-lost-partitions", "true").delete_pods_with_lost_partitions
     conf = tmp_path / "c.yaml"
     conf.write_text("delete_pods_with_lost_partitions: true\n")

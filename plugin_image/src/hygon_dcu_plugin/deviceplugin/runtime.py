@@ -34,6 +34,7 @@ from hygon_dcu_plugin.deviceplugin.grants import GrantStore
 from hygon_dcu_plugin.deviceplugin.held import held_slice_tokens, held_tokens
 from hygon_dcu_plugin.deviceplugin.locks import Locks
 from hygon_dcu_plugin.deviceplugin.metrics import LabelKey, Metrics
+from hygon_dcu_plugin.deviceplugin.node_labeler import NodeLabeler
 from hygon_dcu_plugin.deviceplugin.podresources import PodLister, PodResourcesError
 from hygon_dcu_plugin.deviceplugin.publisher import GeometryPublisher
 from hygon_dcu_plugin.deviceplugin.reclaimer import Reclaimer
@@ -407,6 +408,21 @@ class Runtime:
                 )
             else:
                 log.warning("no node name: reclaiming on the periodic resync only")
+        if self.settings.node_labels:
+            if self.settings.node_name:
+                labeler = NodeLabeler(
+                    self.node,
+                    self.kube,
+                    self.settings.node_name,
+                    self.partitioned,
+                    lambda: self.library_usable,
+                )
+                self._thread(
+                    "node-labels",
+                    lambda: labeler.run(self.stop_event, self.settings.resync_seconds),
+                )
+            else:
+                log.warning("no node name: the node's labels are not kept")
 
     def reclaim_slices(self) -> SlicePassReport:
         """One reclaim pass with the mode off: the store settled, the slices reclaimed, and

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 from hygon_dcu_plugin.deviceplugin.health import HealthServer, MetricsServer
 from hygon_dcu_plugin.deviceplugin.metrics import Metrics
-from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, LOST_POD_DELETE_ACCESS, pod_from_api
+from hygon_dcu_plugin.kube import (
+    API_ACCESS,
+    LEASE_ACCESS,
+    LOST_POD_DELETE_ACCESS,
+    NODE_LABEL_ACCESS,
+    pod_from_api,
+)
 from hygon_dcu_plugin.logs import JsonFormatter
 from hygon_dcu_plugin.refusal import AllocateRefusal
 from kubernetes import client
@@ -128,6 +134,8 @@ def test_every_kubernetes_call_is_listed_for_rbac() -> None:
     }
     # deleting a pod is the opt-in's alone (delete_pods_with_lost_partitions)
     assert set(LOST_POD_DELETE_ACCESS) == {("", "pods", "delete")}
+    # reading and labelling the node is the node_labels opt-in's alone
+    assert set(NODE_LABEL_ACCESS) == {("", "nodes", "get"), ("", "nodes", "patch")}
 
 
 def test_the_geometry_lease_calls_are_listed_apart_for_a_namespaced_role() -> None:

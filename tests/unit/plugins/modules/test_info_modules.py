@@ -96,6 +96,15 @@ def test_mig_info_reports_everything(sim_node: SimNode, run_module: ModuleRunner
     ]
     assert [p["path"] for p in info["poison"]] == ["/etc/dmi_mig_config/ci/dev0gi7ci0.conf"]
     assert info["errors"] == []
+    # Capacity on empty cards, whatever is carved: four 2g.15gb, two 4g.31gb, one 8g.63gb each.
+    assert info["node_labels"] == {
+        "hygon.com/dcu.count": "2",
+        "hygon.com/dcu.mig.capable": "true",
+        "hygon.com/dcu.mig.mode": "on",
+        "hygon.com/dcu.mig-2g.15gb.count": "8",
+        "hygon.com/dcu.mig-4g.31gb.count": "4",
+        "hygon.com/dcu.mig-8g.63gb.count": "2",
+    }
 
 
 def test_mig_info_without_virtualization_or_library(
@@ -105,6 +114,11 @@ def test_mig_info_without_virtualization_or_library(
     info = run_module(mig_info, {"host_root": str(plain.root)})["mig_info"]
     assert info["virtualization"] is False and info["partitioned"] is False
     assert [c["profiles"] for c in info["cards"]] == [[], []]
+    assert info["node_labels"] == {
+        "hygon.com/dcu.count": "2",
+        "hygon.com/dcu.mig.capable": "false",
+        "hygon.com/dcu.mig.mode": "off",
+    }
 
     broken = run_module(
         mig_info, {"host_root": str(plain.root), "library_path": str(plain.root / "x.so")}
@@ -113,6 +127,7 @@ def test_mig_info_without_virtualization_or_library(
     assert "LIBRARY_NOT_FOUND" in broken["library"]["error"]
     assert broken["mode"]["source"] == "registry" and broken["mode"]["current"] == "disabled"
     assert broken["cards"] == [] and broken["virtualization"] is None
+    assert broken["node_labels"] is None  # not "0 cards": nothing is certain
 
 
 def test_mig_info_unreachable_card_is_a_gap_not_a_failure(

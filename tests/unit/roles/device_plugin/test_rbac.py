@@ -10,7 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
-from hygon_dcu_plugin.kube import API_ACCESS, LEASE_ACCESS, LOST_POD_DELETE_ACCESS
+from hygon_dcu_plugin.kube import (
+    API_ACCESS,
+    LEASE_ACCESS,
+    LOST_POD_DELETE_ACCESS,
+    NODE_LABEL_ACCESS,
+)
 from hygon_dcu_plugin.webhook.offered import WEBHOOK_LEASE_ACCESS
 
 from .conftest import ALONE
@@ -123,6 +128,19 @@ def test_pods_are_deleted_only_with_the_opt_in_that_deletes_them(render_dir: Pat
     assert granted[f"{NAMESPACE}/hygon-dcu-device-plugin"] == _scoped(
         CLUSTER, API_ACCESS + LOST_POD_DELETE_ACCESS
     ) | _scoped(NAMESPACE, LEASE_ACCESS)
+
+
+def test_nodes_are_read_and_labelled_only_with_the_opt_in_that_labels_them(
+    render_dir: Path, default_render: RoleRun
+) -> None:
+    run = run_role(render_dir, hygon_dcu_device_plugin_node_labels=True)
+    assert run.returncode == 0, run.output
+    granted, _external = _grants(run)
+    assert granted[f"{NAMESPACE}/hygon-dcu-device-plugin"] == _scoped(
+        CLUSTER, API_ACCESS + NODE_LABEL_ACCESS
+    ) | _scoped(NAMESPACE, LEASE_ACCESS)
+    defaults = {grant for account in _grants(default_render)[0].values() for grant in account}
+    assert not {grant for grant in defaults if grant[2] == "nodes"}
 
 
 def test_events_are_written_never_read_and_nothing_is_deleted_by_default(

@@ -26,6 +26,8 @@ from .fake_cluster import (
 from .runner import run_playbook
 
 EVICT_LABEL = "hygon.com/dcu.evict"
+STATE_LABEL = "hygon.com/dcu.mig.config.state"
+MODE_LABEL = "hygon.com/dcu.mig.mode"
 
 # Several playbook runs each, every cluster step a kubernetes client start: tens of seconds.
 pytestmark = pytest.mark.slow
@@ -136,8 +138,13 @@ def test_a_node_already_in_the_mode_is_not_even_cordoned(
         run = run_playbook("enable_mig", extra_vars=cluster_vars(cluster, tmp_path))
 
         assert run.returncode == 0, run.output
-        assert run.changed == 0
-        assert writes(cluster) == []
+        # Nothing is cordoned, evicted or parked: only the Node's labels are made true, once.
+        assert [path for _method, path in writes(cluster)] == [f"/api/v1/nodes/{cluster.node_name}"]
+        assert run.changed == 1
+        assert cluster.node_object["metadata"]["labels"][STATE_LABEL] == "success"
+        again = run_playbook("enable_mig", extra_vars=cluster_vars(cluster, tmp_path))
+        assert again.returncode == 0 and again.changed == 0, again.output
+        assert len(writes(cluster)) == 1
 
 
 def test_a_holder_that_never_leaves_unparks_the_plugin_and_uncordons(
@@ -279,13 +286,15 @@ def test_label_nodes_sets_the_present_label_once_and_check_mode_predicts_it(
 
     check = run_playbook("label_nodes", "--check", extra_vars=settings)
     assert check.returncode == 0, check.output
-    assert check.changed == 1
+    assert check.changed == 2
     assert PRESENT_LABEL not in cluster.node_object["metadata"]["labels"]
 
     first = run_playbook("label_nodes", extra_vars=settings)
     assert first.returncode == 0, first.output
-    assert first.changed == 1
-    assert cluster.node_object["metadata"]["labels"][PRESENT_LABEL] == "true"
+    assert first.changed == 2  # the present label, then the capability labels
+    labels = cluster.node_object["metadata"]["labels"]
+    assert labels[PRESENT_LABEL] == "true"
+    assert labels[MODE_LABEL] == "off" and labels["hygon.com/dcu.mig.capable"] == "true"
 
     for args in ([], ["--check"]):
         again = run_playbook("label_nodes", *args, extra_vars=settings)
@@ -367,3 +376,48 @@ def test_a_node_without_the_present_label_is_told_to_run_label_nodes(
     message = plugin_failure(run)
     assert f"Node '{NODE}' lacks hygon.com/dcu.present=true" in message
     assert "run hygon.dcu.label_nodes" in message
+
+
+def state_marks(cluster: FakeCluster) -> list[str]:
+    """The mode-switch state each real (not dry-run) patch of the Node set, in order."""
+    marks = []
+    for request in cluster.api.writes():
+        if request.method != "PATCH" or "dryRun" in request.query:
+            continue
+        if request.path != f"/api/v1/nodes/{cluster.node_name}":
+            continue
+        labels = ((request.body or {}).get("metadata") or {}).get("labels") or {}
+        if STATE_LABEL in labels:
+            marks.append(labels[STATE_LABEL])
+    return marks
+
+
+def test_the_node_labels_say_the_mode_and_how_each_switch_went(
+    cluster: FakeCluster, tmp_path: Path, kfd_holder: Callable[[Path], Any]
+) -> None:
+    settings = cluster_vars(cluster, tmp_path)
+    cards = len(cluster.node.status().cards)
+
+    enable = run_playbook("enable_mig", extra_vars=settings)
+    assert enable.returncode == 0, enable.output
+    assert state_marks(cluster) == ["pending", "success"]
+    labels = cluster.node_object["metadata"]["labels"]
+    assert labels[STATE_LABEL] == "success" and labels[MODE_LABEL] == "on"
+    assert labels["hygon.com/dcu.count"] == str(cards)
+    assert labels["hygon.com/dcu.mig.capable"] == "true"
+    # The simulated C-3000 card holds four 1-slice 2g.15gb partitions.
+    assert labels["hygon.com/dcu.mig-2g.15gb.count"] == str(4 * cards)
+
+    disable = run_playbook("disable_mig", extra_vars=settings)
+    assert disable.returncode == 0, disable.output
+    assert state_marks(cluster) == ["pending", "success"] * 2
+    assert cluster.node_object["metadata"]["labels"][MODE_LABEL] == "off"
+
+    # A switch that fails half-way (a /dev/kfd holder that never leaves) is marked failed.
+    kfd_holder(cluster.node.kfd)
+    failing = cluster_vars(cluster, tmp_path, hygon_dcu_holders_timeout=2)
+    failed = run_playbook("enable_mig", extra_vars=failing)
+    assert failed.returncode != 0
+    assert state_marks(cluster)[-2:] == ["pending", "failed"]
+    labels = cluster.node_object["metadata"]["labels"]
+    assert labels[STATE_LABEL] == "failed" and labels[MODE_LABEL] == "off"
