@@ -20,7 +20,12 @@ minor=$(cut -d. -f2 <<<"$core")
 # ansible N.0.0 is the first release on ansible-core 2.(N+7): 11 on 2.18, 12 on 2.19.
 bundle="$((minor - 7)).0.0"
 venv="$repo/.build/floor-venv"
-stamp="ansible-core==$core ansible==$bundle pytest-xdist hypothesis"
+# The runtime package's own dependencies, for the device_plugin tests (in the stamp: a new one
+# makes a new venv).
+mapfile -t runtime_deps < <(python3 -c 'import tomllib, sys
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+  plugin_image/pyproject.toml)
+stamp="ansible-core==$core ansible==$bundle pytest-xdist hypothesis ${runtime_deps[*]}"
 
 start=$SECONDS
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/floor" 2>/dev/null)" != "$stamp" ]; then
@@ -28,10 +33,7 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/floor" 2>/dev/null)" != "$stam
   rm -rf "$venv"
   python3 -m venv "$venv"
   # What the role tests import besides Ansible (and ansible-builder, which the
-  # static tests run), plus the runtime package's own dependencies for the device_plugin tests.
-  mapfile -t runtime_deps < <(python3 -c 'import tomllib, sys
-print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
-    plugin_image/pyproject.toml)
+  # static tests run), plus the runtime dependencies above.
   "$venv/bin/pip" install -q --disable-pip-version-check \
     "ansible-core==$core" "ansible==$bundle" \
     pytest pytest-timeout pytest-xdist hypothesis pyyaml kubernetes kubernetes-validate cryptography cel-python \
