@@ -121,26 +121,26 @@ def test_plugin_and_webhook_rules_equal_the_calls_in_their_code(default_render: 
     assert dict(external) == {}
 
 
-def test_pods_are_deleted_only_with_the_opt_in_that_deletes_them(render_dir: Path) -> None:
-    run = run_role(render_dir, hygon_dcu_device_plugin_delete_pods_with_lost_partitions=True)
-    assert run.returncode == 0, run.output
-    granted, _external = _grants(run)
-    assert granted[f"{NAMESPACE}/hygon-dcu-device-plugin"] == _scoped(
-        CLUSTER, API_ACCESS + LOST_POD_DELETE_ACCESS
-    ) | _scoped(NAMESPACE, LEASE_ACCESS)
-
-
-def test_nodes_are_read_and_labelled_only_with_the_opt_in_that_labels_them(
-    render_dir: Path, default_render: RoleRun
+@pytest.mark.parametrize(
+    ("opt_in", "calls"),
+    [
+        # pods are deleted only with the opt-in that deletes them
+        ("hygon_dcu_device_plugin_delete_pods_with_lost_partitions", LOST_POD_DELETE_ACCESS),
+        # nodes are read and labelled only with the opt-in that labels them
+        ("hygon_dcu_device_plugin_node_labels", NODE_LABEL_ACCESS),
+    ],
+)
+def test_an_opt_in_adds_exactly_its_own_calls(
+    render_dir: Path, default_render: RoleRun, opt_in: str, calls: Calls
 ) -> None:
-    run = run_role(render_dir, hygon_dcu_device_plugin_node_labels=True)
+    run = run_role(render_dir, **{opt_in: True})
     assert run.returncode == 0, run.output
     granted, _external = _grants(run)
     assert granted[f"{NAMESPACE}/hygon-dcu-device-plugin"] == _scoped(
-        CLUSTER, API_ACCESS + NODE_LABEL_ACCESS
+        CLUSTER, API_ACCESS + calls
     ) | _scoped(NAMESPACE, LEASE_ACCESS)
     defaults = {grant for account in _grants(default_render)[0].values() for grant in account}
-    assert not {grant for grant in defaults if grant[2] == "nodes"}
+    assert not defaults & _scoped(CLUSTER, calls)
 
 
 def test_events_are_written_never_read_and_nothing_is_deleted_by_default(
