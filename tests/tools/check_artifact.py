@@ -22,7 +22,7 @@ REQUIRED = (
     "docs/",
     "LICENSE",
     "awx/surveys/",
-    "observability/",
+    "roles/device_plugin/files/hygon-dcu-dashboard.json",
     "tools/static_manifests.sh",
 )
 FORBIDDEN_PARTS = (

@@ -91,11 +91,6 @@ class Snapshot(Collector):
         with self._lock:
             self._values = rows
 
-    def value(self, **labels: str) -> float:
-        """One series' value; 0 when it does not exist."""
-        with self._lock:
-            return self._values.get(tuple(labels[n] for n in self.labelnames), 0.0)
-
     def describe(self) -> Iterator[GaugeMetricFamily]:
         yield GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
 

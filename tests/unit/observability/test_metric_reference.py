@@ -8,6 +8,7 @@ product, or a row for a family that does not exist, fails here.
 
 from __future__ import annotations
 
+import copy
 import fnmatch
 import re
 import shutil
@@ -18,11 +19,11 @@ from typing import Any
 
 import pytest
 import yaml
+from role_render import Monitoring
 from scrapes import Exported, Scrape, parse_exposition
 
 REPO = Path(__file__).resolve().parents[3]
 REFERENCE = REPO / "docs" / "observability.md"
-RULES = REPO / "observability" / "prometheus" / "hygon-dcu-rules.yaml"
 # Table heading -> the program's name in hygon_dcu_build_info.
 PROGRAMS = {
     "Device plugin": "device-plugin",
@@ -170,8 +171,8 @@ def rule_groups(rules: dict[str, Any]) -> str:
     return yaml.safe_dump({"groups": rules["spec"]["groups"]})
 
 
-def test_promtool_accepts_the_alert_rules(tmp_path: Path) -> None:
-    rules = yaml.safe_load(RULES.read_text())
+def test_promtool_accepts_the_alert_rules(tmp_path: Path, monitoring: Monitoring) -> None:
+    rules = copy.deepcopy(monitoring.rules)
     count = sum(len(group["rules"]) for group in rules["spec"]["groups"])
     rule_file = tmp_path / "rules.yaml"
     rule_file.write_text(rule_groups(rules))

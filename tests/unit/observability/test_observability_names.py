@@ -1,9 +1,10 @@
 """The Grafana dashboard and the PrometheusRule read only what the product really exports.
 
-Every metric name and label name in every PromQL expression of observability/ must be on the
-programs' real pages (``scrapes.py``), or be one of the few external names listed below, made
-by Prometheus or kube-state-metrics. A small PromQL reader tells which metric and label names
-an expression reads; it is not complete, covers what observability/ uses and fails loudly on
+Every metric name and label name in every PromQL expression of the alert rules and the
+dashboard, as the device_plugin role renders them, must be on the programs' real pages
+(``scrapes.py``), or be one of the few external names listed below, made by Prometheus or
+kube-state-metrics. A small PromQL reader tells which metric and label names an expression
+reads; it is not complete, covers what the rules and the dashboard use and fails loudly on
 anything it does not understand, so a new construct cannot slip past unread.
 """
 
@@ -18,14 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from role_render import Monitoring
 from scrapes import Exported, Scrape, parse_exposition
 
 kubernetes_validate = importlib.import_module("kubernetes_validate")
 REPO = Path(__file__).resolve().parents[3]
-DASHBOARD = REPO / "observability" / "grafana" / "hygon-dcu.json"
-RULES = REPO / "observability" / "prometheus" / "hygon-dcu-rules.yaml"
-SERVICE_MONITOR = REPO / "roles" / "device_plugin" / "templates" / "servicemonitor.yaml.j2"
+SERVICE_MONITOR = REPO / "roles/device_plugin/templates/monitoring/servicemonitor.yaml.j2"
 
 # Labels the scrape adds to every series (Prometheus Operator, ServiceMonitor on endpoints;
 # `node` by the relabeling of the pod's node name). With honorLabels off (the default) a
@@ -269,15 +268,13 @@ def used_names(expressions: dict[str, str]) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def dashboard() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return loaded
+def dashboard(monitoring: Monitoring) -> dict[str, Any]:
+    return monitoring.dashboard
 
 
 @pytest.fixture(scope="module")
-def rules() -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load(RULES.read_text())
-    return loaded
+def rules(monitoring: Monitoring) -> dict[str, Any]:
+    return monitoring.rules
 
 
 @pytest.fixture(scope="module")

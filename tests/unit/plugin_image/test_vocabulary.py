@@ -98,8 +98,8 @@ def test_odd_quantities_are_refused_not_raised(quantity: str) -> None:
 
 
 def test_allocate_refusals_keep_their_labels_and_grpc_codes() -> None:
-    # The labels are what dashboards and alerts select on (observability/, docs/image.md);
-    # the codes are what the kubelet reports on the pod.
+    # The labels are what the role's dashboard and alerts select on (docs/image.md); the codes
+    # are what the kubelet reports on the pod.
     assert {r.value: r.status for r in AllocateRefusal} == {
         "bad_request": "INVALID_ARGUMENT",
         "no_profile": "INVALID_ARGUMENT",

@@ -2,20 +2,20 @@
 docs/operating.md "Node labels"): what the mig_node role wrote at its last run can go stale
 when a card fails, is replaced, or the mode is switched by hand.
 
-The labels and the patch are module_utils/node_labels.py's, the role's own definition. Each
-pass reads the cards and the Node's labels and patches only what differs. Fail closed: without
-the management library nothing is certain, so nothing is written; a failed call is logged and
-tried again on the next pass.
+The labels and the patch are module_utils/node_labels.py's, the role's own definition, from the
+same input as mig_info's: the mode and the cards as the management library reports them now.
+Each pass reads both and the Node's labels and patches only what differs. Fail closed: without
+the library nothing is certain (the registry's mode is a guess), so nothing is written; a
+failed call is logged and tried again on the next pass.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 
 from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
-from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
+from ansible_collections.hygon.dcu.plugins.module_utils.node import ModeSource, Node
 from ansible_collections.hygon.dcu.plugins.module_utils.node_labels import (
     capability_labels,
     labels_patch,
@@ -27,26 +27,19 @@ log = logging.getLogger(__name__)
 
 
 class NodeLabeler:
-    def __init__(
-        self,
-        node: Node,
-        kube: KubeApi,
-        node_name: str,
-        partitioned: bool,
-        library_usable: Callable[[], bool],
-    ) -> None:
+    def __init__(self, node: Node, kube: KubeApi, node_name: str) -> None:
         self.node = node
         self.kube = kube
         self.node_name = node_name
-        self.partitioned = partitioned  # the mode this plugin serves (read once at start)
-        self.library_usable = library_usable
 
     def settle(self) -> dict[str, str | None]:
         """One pass: the patch it applied (empty when the Node was right or nothing is sure)."""
-        if not self.library_usable():
+        mode = self.node.mode()
+        if mode.source is not ModeSource.LIBRARY:
+            log.warning("node labels not checked: mode unreadable", extra={"error": mode.error})
             return {}
         try:
-            wanted = capability_labels(self.node.cards(), self.partitioned)
+            wanted = capability_labels(self.node.cards(), mode.current)
         except HydmiError as exc:
             log.warning("node labels not checked: cards unreadable", extra={"error": str(exc)})
             return {}

@@ -81,6 +81,7 @@ class Runtime:
         self._covered = 0
         self.library_usable = False
         self.partitioned = self._read_mode()
+        self.metrics.set_mode(self.partitioned)  # read once: the plugin serves this mode
         self.publisher = self._publisher()  # before anything can call refresh
         self.events = PodEvents(kube)
         # Logical slices: served with the mode off only (the driver refuses them with it on).
@@ -350,7 +351,6 @@ class Runtime:
                 for resource, value in room.items()
             }
         )
-        self.metrics.set_mode(self.partitioned)
         if not self.partitioned:
             self.metrics.card_occupancy.set_all(
                 {
@@ -410,13 +410,7 @@ class Runtime:
                 log.warning("no node name: reclaiming on the periodic resync only")
         if self.settings.node_labels:
             if self.settings.node_name:
-                labeler = NodeLabeler(
-                    self.node,
-                    self.kube,
-                    self.settings.node_name,
-                    self.partitioned,
-                    lambda: self.library_usable,
-                )
+                labeler = NodeLabeler(self.node, self.kube, self.settings.node_name)
                 self._thread(
                     "node-labels",
                     lambda: labeler.run(self.stop_event, self.settings.resync_seconds),

@@ -46,8 +46,8 @@ def test_a_running_pod_whose_partition_is_gone_gets_a_warning_and_a_metric(
     ((kind, text),) = lost_events(harness, "a")
     assert kind == WARNING
     assert grant.uuid in text and "delete the pod" in text.lower()
-    metric = harness.runtime.metrics.lost_partitions
-    assert metric.value(namespace="default", pod="a") == 1
+    metrics = harness.runtime.metrics
+    assert metrics.sample("hygon_dcu_lost_partitions", namespace="default", pod="a") == 1
     # Default: nobody deletes the pod; the next passes do not repeat the event.
     for _pass in range(2):
         assert harness.reclaimer.run_pass().lost == [grant.uuid]

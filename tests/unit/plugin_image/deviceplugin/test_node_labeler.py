@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import simnode
+from ansible_collections.hygon.dcu.plugins.module_utils.hydmi import HydmiError
 from ansible_collections.hygon.dcu.plugins.module_utils.node import Node
 from fake_api_server import FakeApiServer, Fault, Request
 from hygon_dcu_plugin.deviceplugin.node_labeler import NodeLabeler
@@ -34,12 +35,16 @@ def api() -> Iterator[FakeApiServer]:
 
 def labeler(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, usable: bool = True
-) -> NodeLabeler:
+) -> tuple[NodeLabeler, simnode.SimNode]:
     sim = make_node(tmp_path / "node", cards=2)
     monkeypatch.setenv(simnode.ROOT_ENV, str(sim.root))
     kube = KubernetesApi(str(api.kubeconfig(tmp_path / "kubeconfig")))
-    node = Node(str(sim.root), str(simnode.LIB_PATH))
-    return NodeLabeler(node, kube, NODE, partitioned=True, library_usable=lambda: usable)
+    library = simnode.LIB_PATH if usable else tmp_path / "no-such-library.so"
+    return NodeLabeler(Node(str(sim.root), str(library)), kube, NODE), sim
+
+
+def mode_unreadable() -> tuple[int, int]:
+    raise HydmiError("hydmiGetMigMode", 999)
 
 
 def labels(api: FakeApiServer) -> dict[str, Any]:
@@ -55,7 +60,7 @@ def node_patches(api: FakeApiServer) -> list[Request]:
 def test_labels_are_written_once_kept_true_and_nothing_else_is_touched(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, simulator_build: Path
 ) -> None:
-    keeper = labeler(api, tmp_path, monkeypatch)
+    keeper, sim = labeler(api, tmp_path, monkeypatch)
     assert keeper.settle()
     written = labels(api)
     assert written[PRESENT] == "true"
@@ -76,11 +81,20 @@ def test_labels_are_written_once_kept_true_and_nothing_else_is_touched(
     }
     assert labels(api) == written
 
+    # The mode switched by hand while the plugin runs: the next pass says so.
+    sim.switch_mode(on=False)
+    assert keeper.settle() == {"hygon.com/dcu.mig.mode": "off"}
+
 
 def test_without_the_library_or_the_api_nothing_is_written(
     api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, simulator_build: Path
 ) -> None:
-    assert labeler(api, tmp_path, monkeypatch, usable=False).settle() == {}
+    assert labeler(api, tmp_path, monkeypatch, usable=False)[0].settle() == {}
+    # The cards readable but not the mode (a fault the simulator has no switch for): the mode
+    # would come from the registry alone, a guess, so nothing is written.
+    keeper, _sim = labeler(api, tmp_path / "mode", monkeypatch)
+    monkeypatch.setattr(keeper.node.library, "system_mig_mode", mode_unreadable)
+    assert keeper.node.cards() and keeper.settle() == {}
     api.plug(Fault(lambda request: request.is_for("nodes"), status=503))
-    assert labeler(api, tmp_path / "again", monkeypatch).settle() == {}
+    assert labeler(api, tmp_path / "again", monkeypatch)[0].settle() == {}
     assert node_patches(api) == [] and labels(api) == {PRESENT: "true"}

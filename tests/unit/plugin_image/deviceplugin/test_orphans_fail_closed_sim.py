@@ -68,8 +68,8 @@ class Scene:
         stops = [r for r in caplog.records if r.getMessage() == STOPPED]
         assert len(stops) == 1, [r.__dict__.get("why") for r in stops]
         assert where in str(stops[0].__dict__["why"])
-        assert self.harness.runtime.metrics.orphan_collection_stopped.value(
-            card=self.grant.card_pci
+        assert self.harness.runtime.metrics.sample(
+            "hygon_dcu_orphan_collection_stopped", card=self.grant.card_pci
         )
 
     def repaired_collects_only_the_orphan(self, caplog: pytest.LogCaptureFixture) -> None:

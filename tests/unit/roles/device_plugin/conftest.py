@@ -4,8 +4,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from .render import RoleRun, run_role
+from role_render import RoleRun, run_role
 
 
 @pytest.fixture(scope="session")

@@ -3,13 +3,14 @@ state absent) against the shared fake API server (tests/support/fake_api_server)
 server-side apply only: any other PATCH is refused (415), and so is any POST or PUT (405), so
 the role cannot fall back to client-side apply without a test noticing.
 
-One cluster (Kubernetes 1.30) serves the whole module, in order: install, install again,
-compare with render mode, remove. A 1.20 cluster, whose server rewrites managedFields on an
-apply that changes nothing, checks check mode, the objects 1.20 accepts and a second run. A
-cluster whose Deployment never rolls out checks the rollout wait and its report. Another one
-takes the scheduler extender: enabled, again, then disabled (which removes it); another the
-webhook, disabled after a run; another the NetworkPolicies, on, across an extender mode switch and
-the webhook's removal, then off.
+One cluster (Kubernetes 1.30) serves the whole module, in order: install (with the Grafana
+dashboard), install again, compare with render mode, remove. A 1.20 cluster, whose server
+rewrites managedFields on an apply that changes nothing, checks check mode, the objects 1.20
+accepts and a second run. A cluster whose Deployment never rolls out checks the rollout wait
+and its report. Another one takes the scheduler extender: enabled, again, then disabled (which
+removes it); another the webhook, disabled after a run; another the NetworkPolicies, on, across
+an extender mode switch and the webhook's removal, then off. Clusters without the Prometheus
+Operator or the dashboard's namespace check the refusals of monitoring they cannot take.
 """
 
 from __future__ import annotations
@@ -23,9 +24,9 @@ import yaml
 from fake_api_server import FakeApiServer, Fault, Rollout, serving
 from fake_api_server.patching import APPLY_PATCH
 from fake_api_server.server import without_server_fields
+from role_render import RoleRun, run_role
 
 from .conftest import ALONE, EXTENDER_ON, POLICY_ON
-from .render import RoleRun, run_role
 
 FIELD_MANAGER = "hygon.dcu"
 NAMESPACE = "hygon-dcu-system"
@@ -83,9 +84,15 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("cluster")
 
 
+# The module's installation carries the Grafana dashboard: of the monitoring objects, the one
+# a cluster without the Prometheus Operator takes. It comes last, after what it shows.
+DASHBOARD_ON = {"hygon_dcu_device_plugin_grafana_dashboard": True}
+DASHBOARD = ("ConfigMap", NAMESPACE, "hygon-dcu-dashboard")
+
+
 @pytest.fixture(scope="module")
 def installed(api: FakeApiServer, workdir: Path) -> RoleRun:
-    run = _cluster_run(api, workdir)
+    run = _cluster_run(api, workdir, **DASHBOARD_ON)
     assert run.returncode == 0, run.output
     return run
 
@@ -94,7 +101,7 @@ def test_install_applies_every_object_server_side(
     api: FakeApiServer, installed: RoleRun, default_render: RoleRun
 ) -> None:
     assert installed.changed and installed.changed > 0
-    rendered = [_key(obj) for obj in default_render.objects()]
+    rendered = [_key(obj) for obj in default_render.objects()] + [DASHBOARD]
     applied = [event.removeprefix("apply ") for event in api.history if event.startswith("apply ")]
     assert applied == [f"{kind}/{name}" for kind, _namespace, name in rendered]
     assert sorted(api.objects) == sorted(rendered)
@@ -130,7 +137,7 @@ def test_second_install_changes_nothing(
     secret = api.get("Secret", "hygon-dcu-admission-tls", NAMESPACE)
     events = len(api.history)
 
-    second = _cluster_run(api, workdir)
+    second = _cluster_run(api, workdir, **DASHBOARD_ON)
 
     assert second.returncode == 0, second.output
     assert second.changed == 0, second.output
@@ -162,7 +169,10 @@ def test_absent_removes_every_object(api: FakeApiServer, installed: RoleRun, wor
     assert installed.returncode == 0
     assert api.objects
 
-    removed = _cluster_run(api, workdir, hygon_dcu_device_plugin_state="absent")
+    dashboard = api.get("ConfigMap", DASHBOARD[2], NAMESPACE)
+    assert dashboard and dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+    removed = _cluster_run(api, workdir, hygon_dcu_device_plugin_state="absent", **DASHBOARD_ON)
 
     assert removed.returncode == 0, removed.output
     assert removed.changed and removed.changed > 0
@@ -486,3 +496,38 @@ def test_network_policies_applied_before_their_pods_and_removed_when_off(
     again = _cluster_run(api, tmp_path, **webhook_off)
     assert again.returncode == 0, again.output
     assert again.changed == 0, again.output
+
+
+# A cluster without the Prometheus Operator, or without the namespace Grafana watches: refused
+# before anything is written (found at the end, the run would fail after the runtime changed).
+MONITORING_REFUSALS: dict[str, tuple[dict[str, Any], str]] = {
+    "rules-without-the-operator": (
+        {"hygon_dcu_device_plugin_prometheus_rule": True},
+        "the API server has no prometheusrules.monitoring.coreos.com:",
+    ),
+    "service-monitor-without-the-operator": (
+        {
+            "hygon_dcu_device_plugin_service_monitor": True,
+            "hygon_dcu_device_plugin_metrics_address": "0.0.0.0",
+        },
+        "the API server has no servicemonitors.monitoring.coreos.com:",
+    ),
+    "dashboard-in-a-missing-namespace": (
+        {**DASHBOARD_ON, "hygon_dcu_device_plugin_grafana_dashboard_namespace": "monitoring"},
+        "names monitoring, which does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MONITORING_REFUSALS)
+def test_monitoring_the_cluster_cannot_take_is_refused_before_any_change(
+    case: str, tmp_path: Path
+) -> None:
+    variables, message = MONITORING_REFUSALS[case]
+    for api in serving(_apply_only()):
+        run = _cluster_run(api, tmp_path, own_certificates=False, **variables)
+        assert run.returncode != 0, run.output
+        assert message in run.output, run.output
+        assert "Nothing was changed" in run.output
+        assert [r for r in api.requests if r.method != "GET"] == []
+        assert api.objects == {}

@@ -23,10 +23,10 @@ from cryptography import x509
 from hygon_dcu_plugin import vocabulary
 from hygon_dcu_plugin.extender import main as extender_main
 from hygon_dcu_plugin.extender.client_auth import ClientVerifyingReloader
+from role_certificates import make_certificate, site_certificate_variables
+from role_render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 
-from .certificates import make_certificate, site_certificate_variables
 from .conftest import ALONE, EXTENDER_ON, POLICY_ON, SCHEDULER_IMAGE
-from .render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 from .schema_1_20 import fields_missing_in_1_20
 
 NAMESPACE = "hygon-dcu-system"

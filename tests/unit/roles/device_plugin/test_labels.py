@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from role_render import RoleRun, run_role
 
 from .conftest import ALONE, POLICY_ON
-from .render import RoleRun, run_role
 
 
 def common(namespace: str, version: str | None) -> dict[str, str]:

@@ -10,8 +10,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 from hygon_dcu_plugin.config import settings_from
-
-from .render import REPO, RoleRun
+from role_render import REPO, RoleRun
 
 # The default rendering (for 1.30) against every schema kubernetes-validate ships from 1.28 on;
 # test_versions.py validates the rendering for each version.

@@ -17,9 +17,9 @@ import yaml
 from hygon_dcu_plugin import vocabulary
 from hypothesis import example, given
 from hypothesis import strategies as st
+from role_render import REPO, RoleRun, run_role
 
 from .conftest import ALONE, EXTENDER_ON, POLICY_ON, POLICY_SOURCES
-from .render import REPO, RoleRun, run_role
 from .schema_1_20 import fields_missing_in_1_20
 
 NAMESPACE = "hygon-dcu-system"

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from hygon_dcu_plugin.config import settings_from
-
-from .render import HostOutcome, RoleRun, run_role, run_role_on_hosts
+from role_render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 
 SIM_ROOT = "/var/lib/hygon-dcu-sim/node"
 SIM_LIBRARY_DIR = "/srv/hygon-dcu/tests/simulator/build"

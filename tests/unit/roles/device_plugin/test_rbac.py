@@ -17,9 +17,9 @@ from hygon_dcu_plugin.kube import (
     NODE_LABEL_ACCESS,
 )
 from hygon_dcu_plugin.webhook.offered import WEBHOOK_LEASE_ACCESS
+from role_render import RoleRun, run_role
 
 from .conftest import ALONE
-from .render import RoleRun, run_role
 
 Calls = tuple[tuple[str, str, str], ...]
 # What the extender calls (hygon_dcu_plugin.extender.kube, as last read), for while that module

@@ -16,9 +16,8 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
-
-from .certificates import make_certificate
-from .render import HostOutcome, RoleRun, run_role, run_role_on_hosts
+from role_certificates import make_certificate
+from role_render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 
 SERVICE_DNS = "hygon-dcu-admission.hygon-dcu-system.svc"
 

@@ -12,9 +12,8 @@ from typing import Any
 
 import yaml
 from playbook_runner import BIN, ansible_env
-
-from .certificates import WEBHOOK_SERVICE, make_certificate
-from .render import REPO, run_role
+from role_certificates import WEBHOOK_SERVICE, make_certificate
+from role_render import REPO, run_role
 
 TOOL = REPO / "tools" / "static_manifests.sh"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .render import REPO, run_role
+from role_render import REPO, run_role
 
 SURVEY = REPO / "awx" / "surveys" / "deploy_device_plugin.json"
 

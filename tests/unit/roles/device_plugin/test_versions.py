@@ -9,9 +9,9 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from role_render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 
 from .conftest import RENDERED_VERSIONS
-from .render import HostOutcome, RoleRun, run_role, run_role_on_hosts
 from .schema_1_20 import fields_missing_in_1_20
 
 SCOPE_LABEL = "hygon.com/dcu.admission"

@@ -19,9 +19,8 @@ from typing import Any
 
 import yaml
 from fake_api_server import FakeApiServer, serving
-
-from .certificates import WEBHOOK_SERVICE, make_certificate, site_certificate_variables
-from .render import MANIFESTS, run_role
+from role_certificates import WEBHOOK_SERVICE, make_certificate, site_certificate_variables
+from role_render import MANIFESTS, run_role
 
 CERT_MANAGER: dict[str, Any] = {"hygon_dcu_device_plugin_webhook_certificate": "cert_manager"}
 

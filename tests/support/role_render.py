@@ -1,7 +1,10 @@
-"""Runs the device_plugin role in render mode (no cluster) and reads what it would apply."""
+"""Runs the device_plugin role in render mode (no cluster) and reads what it would apply: for the
+role's tests and for the observability tests, which read the alert rules and the dashboard the
+role renders."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,10 +12,17 @@ from typing import Any
 
 import yaml
 from playbook_runner import REPO, PlaybookRun, run_playbook, run_playbook_on_hosts
+from role_certificates import site_certificate_variables
 
-from .certificates import site_certificate_variables
-
-__all__ = ["REPO", "HostOutcome", "RoleRun", "run_role", "run_role_on_hosts"]
+__all__ = [
+    "REPO",
+    "HostOutcome",
+    "Monitoring",
+    "RoleRun",
+    "render_monitoring",
+    "run_role",
+    "run_role_on_hosts",
+]
 
 PLAYBOOK = REPO / "playbooks" / "deploy_device_plugin.yml"
 RENDER_DIR = "hygon_dcu_device_plugin_render_dir"
@@ -111,3 +121,23 @@ def run_role_on_hosts(
         )
         for case, variables in hosts.items()
     }
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    rules: dict[str, Any]  # the PrometheusRule
+    dashboard: dict[str, Any]  # the JSON in the dashboard's ConfigMap, loaded
+
+
+def render_monitoring(render_dir: Path, **extra_vars: Any) -> Monitoring:
+    """The alert rules and the dashboard as the role applies them (its defaults, and
+    extra_vars)."""
+    run = run_role(
+        render_dir,
+        hygon_dcu_device_plugin_prometheus_rule=True,
+        hygon_dcu_device_plugin_grafana_dashboard=True,
+        **extra_vars,
+    )
+    assert run.returncode == 0, run.output
+    (dashboard,) = run.find("ConfigMap", "hygon-dcu-dashboard")["data"].values()
+    return Monitoring(run.find("PrometheusRule"), json.loads(dashboard))

@@ -1,0 +1,114 @@
+"""The alert rules and the Grafana dashboard as objects the role applies when asked: a
+PrometheusRule whose expressions and advice name the runtime's namespace, and a ConfigMap for
+Grafana's dashboard sidecar. What they read is checked against the real programs in
+tests/unit/observability; the cluster path (applied last, kept, removed, refused without the
+operator's kinds or the dashboard's namespace) in test_apply_fake_cluster.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from role_render import REPO, RoleRun, run_role, run_role_on_hosts
+
+DASHBOARD_FILE = REPO / "roles" / "device_plugin" / "files" / "hygon-dcu-dashboard.json"
+ASKED: dict[str, Any] = {
+    "hygon_dcu_device_plugin_prometheus_rule": True,
+    "hygon_dcu_device_plugin_prometheus_rule_labels": {"release": "prometheus"},
+    "hygon_dcu_device_plugin_grafana_dashboard": True,
+    "hygon_dcu_device_plugin_grafana_dashboard_namespace": "monitoring",
+    "hygon_dcu_namespace": "gpu-ops",
+}
+
+
+@pytest.fixture(scope="module")
+def asked(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
+    run = run_role(tmp_path_factory.mktemp("monitoring") / "out", **ASKED)
+    assert run.returncode == 0, run.output
+    return run
+
+
+def test_the_rules_name_the_runtimes_namespace_and_keep_prometheus_templates(
+    asked: RoleRun,
+) -> None:
+    rule = asked.find("PrometheusRule")
+    assert rule["metadata"]["namespace"] == "gpu-ops"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "hygon.dcu"
+    text = json.dumps(rule)
+    assert "hygon-dcu-system" not in text
+    rules = [r for group in rule["spec"]["groups"] for r in group["rules"]]
+    matched = {m for r in rules for m in re.findall(r'namespace="([^"]*)"', r["expr"])}
+    assert matched == {"gpu-ops"}
+    assert all(
+        "-n gpu-ops" in r["annotations"]["description"]
+        for r in rules
+        if "kubectl -n" in r["annotations"]["description"]
+    )
+    # Prometheus' own templates reach it as written, not evaluated by the role
+    summaries = [r["annotations"]["summary"] for r in rules]
+    assert sum("{{ $labels.node }}" in summary for summary in summaries) >= 5
+    assert "[[" not in text and "]]" not in text
+
+
+def test_the_dashboard_configmap_holds_the_dashboard_for_the_sidecar(asked: RoleRun) -> None:
+    configmap = asked.find("ConfigMap", "hygon-dcu-dashboard")
+    assert configmap["metadata"]["namespace"] == "monitoring"
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (name, dashboard) = next(iter(configmap["data"].items()))
+    assert name.endswith(".json")
+    assert json.loads(dashboard) == json.loads(DASHBOARD_FILE.read_text())
+    assert '"legendFormat": "{{node}} {{card}}"' in dashboard
+    # after everything they read, the ServiceMonitor's place
+    kinds = [obj["kind"] for obj in asked.objects()]
+    assert kinds[-2:] == ["PrometheusRule", "ConfigMap"]
+
+
+def test_neither_is_rendered_unless_asked(default_render: RoleRun) -> None:
+    kinds = [obj["kind"] for obj in default_render.objects()]
+    assert "PrometheusRule" not in kinds
+    assert not [
+        o for o in default_render.objects() if o["metadata"]["name"] == "hygon-dcu-dashboard"
+    ]
+
+
+def test_absent_removes_each_only_while_asked(tmp_path: Path) -> None:
+    removed: dict[str, list[tuple[str, str, str]]] = {}
+    for case, variables in (("asked", ASKED), ("not", {"hygon_dcu_namespace": "gpu-ops"})):
+        run = run_role(tmp_path / case, hygon_dcu_device_plugin_state="absent", **variables)
+        assert run.returncode == 0, run.output
+        removal = yaml.safe_load((tmp_path / case / "removal.yaml").read_text())
+        removed[case] = [(o["kind"], o.get("namespace", ""), o["name"]) for o in removal]
+    monitoring = [
+        ("PrometheusRule", "gpu-ops", "hygon-dcu"),
+        ("ConfigMap", "monitoring", "hygon-dcu-dashboard"),
+    ]
+    # first, before the runtime they watch
+    assert removed["asked"][:2] == monitoring
+    assert not set(monitoring) & set(removed["not"])
+
+
+def test_names_that_are_no_namespace_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    outcomes = run_role_on_hosts(
+        tmp_path,
+        {
+            "dashboard-namespace": {
+                "hygon_dcu_device_plugin_grafana_dashboard": True,
+                "hygon_dcu_device_plugin_grafana_dashboard_namespace": "Grafana",
+            },
+            "runtime-namespace": {"hygon_dcu_namespace": 'x", job="other'},
+        },
+    )
+    assert "hygon_dcu_device_plugin_grafana_dashboard_namespace must be a namespace name" in (
+        outcomes["dashboard-namespace"].message
+    )
+    assert "hygon_dcu_namespace must be a namespace name" in outcomes["runtime-namespace"].message
+    for outcome in outcomes.values():
+        assert outcome.failed == 1, outcome.output
+        assert not outcome.render_dir.exists()
