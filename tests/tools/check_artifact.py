@@ -22,7 +22,7 @@ REQUIRED = (
     "docs/",
     "LICENSE",
     "awx/surveys/",
-    "roles/device_plugin/files/hygon-dcu-dashboard.json",
+    "roles/device_plugin/templates/monitoring/",
     "tools/static_manifests.sh",
 )
 FORBIDDEN_PARTS = (

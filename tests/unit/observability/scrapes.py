@@ -20,11 +20,9 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -37,6 +35,7 @@ from fake_api_server import pod as stored_pod
 from hygon_dcu_plugin.vocabulary import FAMILY, SLICE_MEMORY_MIB, SLICED
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import make_node, serve_argv
+from polling import wait_until
 from webhook_pod_cases import container, pod
 from webhook_support import admission_review, make_authority, serving
 
@@ -165,15 +164,6 @@ def http_get(port: int, path: str) -> tuple[int, str]:
             return int(reply.status), reply.read().decode()
     except OSError:
         return 0, ""
-
-
-def wait_until(predicate: Any, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def scrape_plugin(tmp: Path, mode_on: bool = True) -> str:

@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from hygon_dcu_plugin.vocabulary import FAMILY, GEOMETRY_ANNOTATION, GEOMETRY_LA
 from kubelet_emulator import KubeletEmulator
 from kubernetes import client
 from plugin_harness import Harness, make_node, serve_argv
+from polling import wait_until
 
 REPO = Path(__file__).resolve().parents[4]
 NAMESPACE = "hygon-dcu"
@@ -45,15 +46,6 @@ NODE = "node-1"
 HOLDER = "plugin-pod-a"
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
 ANNOTATION = GEOMETRY_ANNOTATION
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 @pytest.fixture

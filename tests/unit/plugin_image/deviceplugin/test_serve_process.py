@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from hygon_dcu_plugin.cli import KILL_AT_ENV
 from hygon_dcu_plugin.vocabulary import FAMILY
 from kubelet_emulator import KubeletEmulator
 from plugin_harness import serve_argv
+from polling import wait_until
 
 REPO = Path(__file__).resolve().parents[4]
 P2G = "hygon.com/dcu.partitioned.mig-2g.15gb"
@@ -108,15 +108,6 @@ def pod_annotations(api: FakeApiServer, name: str) -> dict[str, str]:
 def ready(kubelet: KubeletEmulator) -> bool:
     counts: dict[str, int] = kubelet.counts()
     return counts.get(FAMILY) == 32 and counts.get(P2G) == 32
-
-
-def wait_until(predicate: object, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_serve_registers_allocates_reports_and_stops(

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 import yaml
-from role_render import REPO, RoleRun, run_role, run_role_on_hosts
+from role_render import RoleRun, run_role, run_role_on_hosts
 
-DASHBOARD_FILE = REPO / "roles" / "device_plugin" / "files" / "hygon-dcu-dashboard.json"
 ASKED: dict[str, Any] = {
     "hygon_dcu_device_plugin_prometheus_rule": True,
     "hygon_dcu_device_plugin_prometheus_rule_labels": {"release": "prometheus"},
@@ -32,6 +31,8 @@ def asked(tmp_path_factory: pytest.TempPathFactory) -> RoleRun:
     return run
 
 
+# On the floor too: ansible-core 2.18 and 2.19 hand the templates' output back differently.
+@pytest.mark.floor
 def test_the_rules_name_the_runtimes_namespace_and_keep_prometheus_templates(
     asked: RoleRun,
 ) -> None:
@@ -55,14 +56,18 @@ def test_the_rules_name_the_runtimes_namespace_and_keep_prometheus_templates(
     assert "[[" not in text and "]]" not in text
 
 
+@pytest.mark.floor
 def test_the_dashboard_configmap_holds_the_dashboard_for_the_sidecar(asked: RoleRun) -> None:
     configmap = asked.find("ConfigMap", "hygon-dcu-dashboard")
     assert configmap["metadata"]["namespace"] == "monitoring"
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     (name, dashboard) = next(iter(configmap["data"].items()))
-    assert name.endswith(".json")
-    assert json.loads(dashboard) == json.loads(DASHBOARD_FILE.read_text())
+    assert name == "hygon-dcu-dashboard.json"
+    loaded = json.loads(dashboard)
+    assert loaded["title"] and loaded["panels"]
+    # Grafana's legends reach it as written; the role's own names are filled in
     assert '"legendFormat": "{{node}} {{card}}"' in dashboard
+    assert "[[" not in dashboard and "hygon.com/dcu.partitioned.mig-.*" in dashboard
     # after everything they read, the ServiceMonitor's place
     kinds = [obj["kind"] for obj in asked.objects()]
     assert kinds[-2:] == ["PrometheusRule", "ConfigMap"]

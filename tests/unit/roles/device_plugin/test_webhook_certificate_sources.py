@@ -216,6 +216,13 @@ def test_site_secret_against_a_cluster_needs_the_secret_and_never_touches_it(
             }
         )
         # The ServiceMonitor verifies the webhook with the Secret's ca.crt, which this one lacks.
+        api.seed(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+            }
+        )
         writes = len([r for r in api.requests if r.method != "GET"])
         monitored = cluster_run(
             hygon_dcu_device_plugin_service_monitor=True,
