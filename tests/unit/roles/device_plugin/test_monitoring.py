@@ -97,23 +97,43 @@ def test_absent_removes_each_only_while_asked(tmp_path: Path) -> None:
     assert not set(monitoring) & set(removed["not"])
 
 
-def test_names_that_are_no_namespace_are_refused_before_anything_is_written(
+def test_names_and_labels_the_api_server_would_refuse_are_refused_before_anything_is_written(
     tmp_path: Path,
 ) -> None:
-    outcomes = run_role_on_hosts(
-        tmp_path,
-        {
-            "dashboard-namespace": {
+    cases: dict[str, tuple[dict[str, Any], str]] = {
+        "dashboard-namespace": (
+            {
                 "hygon_dcu_device_plugin_grafana_dashboard": True,
                 "hygon_dcu_device_plugin_grafana_dashboard_namespace": "Grafana",
             },
-            "runtime-namespace": {"hygon_dcu_namespace": 'x", job="other'},
-        },
+            "hygon_dcu_device_plugin_grafana_dashboard_namespace must be a namespace name",
+        ),
+        "runtime-namespace": (
+            {"hygon_dcu_namespace": 'x", job="other'},
+            "hygon_dcu_namespace must be a namespace name",
+        ),
+        # YAML's `release: 1`: a number, which no label value is
+        "rule-label-a-number": (
+            {"hygon_dcu_device_plugin_prometheus_rule_labels": {"release": 1}},
+            '"hygon_dcu_device_plugin_prometheus_rule_labels": {"release": 1}',
+        ),
+        "monitor-label-key": (
+            {"hygon_dcu_device_plugin_service_monitor_labels": {"bad key": "x"}},
+            '"hygon_dcu_device_plugin_service_monitor_labels": {"bad key": "x"}',
+        ),
+        "dashboard-label-value": (
+            {"hygon_dcu_device_plugin_grafana_dashboard_labels": {"grafana_dashboard": "-1-"}},
+            '"hygon_dcu_device_plugin_grafana_dashboard_labels": {"grafana_dashboard": "-1-"}',
+        ),
+    }
+    outcomes = run_role_on_hosts(
+        tmp_path, {case: variables for case, (variables, _message) in cases.items()}
     )
-    assert "hygon_dcu_device_plugin_grafana_dashboard_namespace must be a namespace name" in (
-        outcomes["dashboard-namespace"].message
-    )
-    assert "hygon_dcu_namespace must be a namespace name" in outcomes["runtime-namespace"].message
-    for outcome in outcomes.values():
+    for case, (_variables, message) in cases.items():
+        outcome = outcomes[case]
         assert outcome.failed == 1, outcome.output
+        assert message in outcome.message, (case, outcome.message)
+        assert "Nothing was changed" in outcome.message
         assert not outcome.render_dir.exists()
+        if case.endswith(("number", "key", "value")):
+            assert "must map label names to label values" in outcome.message
