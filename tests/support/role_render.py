@@ -58,7 +58,7 @@ def run_role(
     """ansible-playbook deploy_device_plugin.yml with render_dir and extra_vars (JSON).
 
     own_certificates=True hands the role a site's own webhook and extender certificates
-    (certificates.site_certificate_variables; extra_vars still win), so it does not mint a CA
+    (role_certificates.site_certificate_variables; extra_vars still win), so it does not mint a CA
     and a certificate per Service, the slowest part of a render. False leaves the role on its
     own path (generate, keep the earlier Secret, renew): for the tests about that path. Unset:
     True for a fresh render; False where the role would keep an earlier Secret, a cluster's
