@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -497,7 +498,46 @@ def test_only_the_scheduler_beside_it_can_call_the_extender(kube: Kube, tmp_path
     with pytest.raises((ssl.SSLError, ConnectionError)):
         _get(address, ports["extender"], "/healthz", context(certificate=False))
     assert _get(address, ports["probes"], "/healthz", context(certificate=False)) == 200
-    assert _get(address, ports["probes"], "/metrics", context(certificate=False)) == 404
+    assert _get(address, ports["probes"], "/filter", context(certificate=False)) == 404
+
+
+def test_prometheus_reaches_the_extenders_metrics_through_its_service(
+    kube: Kube, tmp_path: Path
+) -> None:
+    # As the ServiceMonitor's endpoint does: the Service's endpoints (the API server's, from its
+    # selector), no client certificate, the extender's CA and the name its certificate carries.
+    (subset,) = kube.json("get", "endpoints", "hygon-dcu-extender-metrics", "-n", NAMESPACE)[
+        "subsets"
+    ]
+    (address,) = subset["addresses"]
+    (port,) = subset["ports"]
+    assert port["name"] == "extender-metrics"
+    (pod,) = kube.json(
+        "get", "pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/name={SCHEDULER_NAME}"
+    )["items"]
+    assert address["ip"] == pod["status"]["podIP"]
+    serving = _secret_files(kube, "hygon-dcu-extender-tls", tmp_path)
+    context = ssl.create_default_context(cafile=str(serving["ca.crt"]))
+    # the ServiceMonitor's serverName, sent and verified on the pod's address
+    raw = socket.create_connection((address["ip"], port["port"]), timeout=10)
+    connection = http.client.HTTPSConnection(address["ip"], port["port"], timeout=10)
+    connection.sock = context.wrap_socket(
+        raw, server_hostname=f"hygon-dcu-extender.{NAMESPACE}.svc"
+    )
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        page = response.read().decode()
+    finally:
+        connection.close()
+    assert response.status == 200
+    # the binds the second scheduler made through it in the tests above
+    (bound,) = [
+        line
+        for line in page.splitlines()
+        if line.startswith('hygon_dcu_extender_binds_total{outcome="bound"}')
+    ]
+    assert float(bound.split()[-1]) >= 1
 
 
 def test_the_extender_acts_as_its_own_account_not_the_schedulers(kube: Kube) -> None:

@@ -172,6 +172,14 @@ def test_a_client_without_the_certificate_is_refused_at_the_handshake(
     connection.close()
 
 
+def test_prometheus_finds_the_extender_alone_through_its_metrics_service(kube: Kube) -> None:
+    # The same headless Service as beside the second scheduler, now selecting this pod: its
+    # probes' port, never the verbs' (test_60_extender.py scrapes it).
+    (subset,) = kube.json("get", "endpoints", f"{EXTENDER}-metrics", "-n", NAMESPACE)["subsets"]
+    assert [a["ip"] for a in subset["addresses"]] == [extender_address(kube)]
+    assert [(p["name"], p["port"]) for p in subset["ports"]] == [("extender-metrics", 8444)]
+
+
 def test_each_account_may_do_what_the_docs_say(kube: Kube) -> None:
     # The extender alone: its own account, and no second scheduler's account or lock left.
     assert_privileges_as_documented(

@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--probe-port",
         type=int,
         default=None,
-        help="also serve GET /healthz alone on this port, with no client certificate asked "
-        "(the kubelet's probes present none); off by default",
+        help="also serve GET /healthz and /metrics (never the verbs) on this port, with no "
+        "client certificate asked (the kubelet's probes and Prometheus present none); off by "
+        "default",
     )
     parser.add_argument(
         "--scheduler-name",

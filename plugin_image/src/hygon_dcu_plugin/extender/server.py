@@ -1,6 +1,7 @@
 """The extender's HTTPS server: ``POST /filter``, ``/prioritize``, ``/bind``, ``GET /healthz``,
-``GET /metrics`` (docs/dev/extender.md); and the probes' server, ``GET /healthz`` alone, for
-when the first requires a client certificate.
+``GET /metrics`` (docs/dev/extender.md); and the probes' server, ``GET /healthz`` and
+``GET /metrics`` without the verbs, for the kubelet and Prometheus when the first requires a
+client certificate.
 
 It is the serving kit's bounded server (``serving.server``), as the webhook's is: the TLS
 handshake in the connection's thread with the certificate current at that moment, the bounds
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -35,7 +37,8 @@ log = logging.getLogger(__name__)
 DEFAULT_CERT = "/etc/hygon-dcu-extender/tls/tls.crt"
 DEFAULT_KEY = "/etc/hygon-dcu-extender/tls/tls.key"
 VERB_PATHS = {f"/{verb}": verb for verb in Verb}
-# The kubelet's readiness and liveness probes, one connection each at a time, and spares.
+# The kubelet's readiness and liveness probes and a Prometheus scrape, one connection each at a
+# time, and spares.
 PROBE_CONNECTIONS = 8
 
 
@@ -68,9 +71,11 @@ class ExtenderServer(BoundedServer):
 
 
 class ProbeServer(ExtenderServer):
-    """``GET /healthz`` alone, with no client certificate asked: the kubelet's probes present
-    none, while the verbs' port may require one (``--client-ca-file``). It answers what the
-    verbs' server would, failing with it while draining (``draining`` is that server's)."""
+    """``GET /healthz`` and ``GET /metrics``, with no client certificate asked: the kubelet's
+    probes and Prometheus present none, while the verbs' port may require one
+    (``--client-ca-file``). A client here can read the extender's health and counters, never
+    filter or bind. It answers what the verbs' server would, failing with it while draining
+    (``draining`` is that server's)."""
 
     def handler(self) -> type[BoundedHandler]:
         return ProbeHandler
@@ -79,7 +84,7 @@ class ProbeServer(ExtenderServer):
 class ExtenderHandler(BoundedHandler):
     server: ExtenderServer
     server_version = "hygon-dcu-extender"
-    post_paths = VERB_PATHS
+    post_paths: Mapping[str, Verb] = VERB_PATHS
     service = "extender"
 
     def _health(self) -> tuple[HTTPStatus, str]:
@@ -149,26 +154,9 @@ class ExtenderHandler(BoundedHandler):
 
 
 class ProbeHandler(ExtenderHandler):
-    """GET and HEAD /healthz; anything else is not found here."""
+    """The serving kit's GET and HEAD /healthz and /metrics; no verb is a path here."""
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path != "/healthz":
-            self._error(
-                HTTPStatus.NOT_FOUND, "not-found", f"this port serves /healthz only, not {path}"
-            )
-            return
-        status, text = self._health()
-        self._send(status, (text + "\n").encode(), "text/plain; charset=utf-8")
-
-    def do_HEAD(self) -> None:
-        path = self.path.split("?", 1)[0]
-        self.send_response(self._health()[0] if path == "/healthz" else HTTPStatus.NOT_FOUND)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def do_POST(self) -> None:
-        self._error(HTTPStatus.NOT_FOUND, "not-found", "this port serves GET /healthz only")
+    post_paths: Mapping[str, Verb] = {}
 
 
 def make_server(
@@ -189,8 +177,9 @@ def make_probe_server(
     certificates: CertificateReloader,
     serving: ExtenderServer,
 ) -> ProbeServer:
-    """The probes' server beside ``serving`` (port 0 picks a free one): its certificate without
-    a client CA, its state, its metrics, its draining; a few connections (the kubelet's)."""
+    """The probes' and scrapes' server beside ``serving`` (port 0 picks a free one): its
+    certificate without a client CA, its state, its metrics, its draining; a few connections
+    (the kubelet's and Prometheus')."""
     probe = ProbeServer(
         (address, port),
         certificates,

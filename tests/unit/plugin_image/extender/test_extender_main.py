@@ -147,7 +147,7 @@ def test_the_process_serves_refreshes_binds_and_stops_on_sigterm(
     assert events[-1]["msg"] == "stopped"
 
 
-def test_with_client_certificates_required_the_probes_have_their_own_port(
+def test_with_client_certificates_required_probes_and_scrapes_have_their_own_port(
     tmp_path: Path, authority: Authority, cluster: FakeCluster, geometries: Geometries
 ) -> None:
     client_ca = make_authority("scheduler client CA")
@@ -178,15 +178,19 @@ def test_with_client_certificates_required_the_probes_have_their_own_port(
         while probes.request("GET", "/healthz")[0] != 200 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert probes.request("GET", "/healthz") == (200, b"ok\n")
-        # The probes' port serves nothing else.
-        for method, path in (("GET", "/metrics"), ("POST", "/filter"), ("POST", "/bind")):
-            body = b"{}" if method == "POST" else None
-            assert probes.request(method, path, body)[0] == 404
         # The verbs' port: refused at the handshake without the scheduler's certificate.
         with pytest.raises((ssl.SSLError, ConnectionError)):
             Client(listening["port"], authority.pem).request("GET", "/healthz")
         scheduler = Client(listening["port"], authority.pem, certificate=scheduler_certificate)
         assert scheduler.filter(pod, ["node-a"])["nodenames"] == ["node-a"]
+        # Prometheus reads the scheduler's filter on the probes' port, with no certificate; no
+        # verb is served there.
+        status, page = probes.request("GET", "/metrics")
+        assert status == 200
+        assert b'hygon_dcu_extender_request_duration_seconds_count{verb="filter"} 1.0' in page
+        for method, path in (("POST", "/filter"), ("POST", "/bind"), ("GET", "/prioritize")):
+            body = b"{}" if method == "POST" else None
+            assert probes.request(method, path, body)[0] == 404
         process.popen.send_signal(signal.SIGTERM)
         draining = True
         process.next_event("stopping")

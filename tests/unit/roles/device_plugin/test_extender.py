@@ -162,7 +162,9 @@ def test_extender_and_scheduler_after_everything_else(
         ("Role", SCHEDULER),
         ("RoleBinding", SCHEDULER),
         ("ConfigMap", SCHEDULER),
-        # no Service: only the scheduler in the same pod calls the extender
+        # no Service for the verbs: only the scheduler in the same pod calls the extender;
+        # Prometheus' headless one to its probes' port
+        ("Service", f"{EXTENDER}-metrics"),
         # last: what it mounts and is granted exists when its pod starts
         ("Deployment", SCHEDULER),
     ]
@@ -647,6 +649,7 @@ def test_for_the_default_scheduler_the_extender_runs_alone(render_dir: Path) -> 
         ("Role", EXTENDER),
         ("RoleBinding", EXTENDER),
         ("Service", EXTENDER),
+        ("Service", f"{EXTENDER}-metrics"),
         ("Deployment", EXTENDER),
     ]
     # its own account, bound to the extender's RBAC and nothing of a scheduler's

@@ -188,6 +188,7 @@ def test_absent_removes_the_webhook_configuration_first(
         "hygon-dcu-scheduler-as-volume-scheduler",
         "hygon-dcu-scheduler-authentication-reader",
         "hygon-dcu-extender",
+        "hygon-dcu-extender-metrics",
         "hygon-dcu-extender-tls",
         "hygon-dcu-extender-client",
         "hygon-dcu-extender-token",
