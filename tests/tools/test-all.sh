@@ -126,8 +126,9 @@ yamllint_check() {
 }
 
 pytest_run() {
-  # Two workers keep both cores busy; work stealing evens out the long role tests.
-  pytest -q -p no:cacheprovider --timeout=600 -n 2 --dist worksteal
+  # Two workers keep both cores busy; work stealing evens out the long role tests. The slowest
+  # are listed at the end: where the stage's time goes.
+  pytest -q -p no:cacheprovider --timeout=600 -n 2 --dist worksteal --durations=15
   local rc=$?
   [ $rc -eq 5 ] && log "pytest collected no tests: that is a failure"
   return $rc
