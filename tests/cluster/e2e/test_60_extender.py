@@ -463,13 +463,19 @@ def _secret_files(kube: Kube, name: str, directory: Path) -> dict[str, Path]:
     return files
 
 
-def _get(address: str, port: int, path: str, context: ssl.SSLContext) -> int:
-    """GET over TLS to the pod's address, verifying the name the extender's certificate
-    carries; the HTTP status."""
+def _get(
+    address: str, port: int, path: str, context: ssl.SSLContext, server_name: str | None = None
+) -> tuple[int, bytes]:
+    """GET over TLS to the pod's address; the HTTP status and body. With server_name, that name
+    is sent and verified, as a ServiceMonitor's serverName is."""
     connection = http.client.HTTPSConnection(address, port, context=context, timeout=10)
+    if server_name is not None:
+        raw = socket.create_connection((address, port), timeout=10)
+        connection.sock = context.wrap_socket(raw, server_hostname=server_name)
     try:
         connection.request("GET", path)
-        return connection.getresponse().status
+        response = connection.getresponse()
+        return response.status, response.read()
     finally:
         connection.close()
 
@@ -494,11 +500,11 @@ def test_only_the_scheduler_beside_it_can_call_the_extender(kube: Kube, tmp_path
             made.load_cert_chain(str(client["tls.crt"]), str(client["tls.key"]))
         return made
 
-    assert _get(address, ports["extender"], "/healthz", context(certificate=True)) == 200
+    assert _get(address, ports["extender"], "/healthz", context(certificate=True))[0] == 200
     with pytest.raises((ssl.SSLError, ConnectionError)):
         _get(address, ports["extender"], "/healthz", context(certificate=False))
-    assert _get(address, ports["probes"], "/healthz", context(certificate=False)) == 200
-    assert _get(address, ports["probes"], "/filter", context(certificate=False)) == 404
+    assert _get(address, ports["probes"], "/healthz", context(certificate=False))[0] == 200
+    assert _get(address, ports["probes"], "/filter", context(certificate=False))[0] == 404
 
 
 def test_prometheus_reaches_the_extenders_metrics_through_its_service(
@@ -518,19 +524,11 @@ def test_prometheus_reaches_the_extenders_metrics_through_its_service(
     assert address["ip"] == pod["status"]["podIP"]
     serving = _secret_files(kube, "hygon-dcu-extender-tls", tmp_path)
     context = ssl.create_default_context(cafile=str(serving["ca.crt"]))
-    # the ServiceMonitor's serverName, sent and verified on the pod's address
-    raw = socket.create_connection((address["ip"], port["port"]), timeout=10)
-    connection = http.client.HTTPSConnection(address["ip"], port["port"], timeout=10)
-    connection.sock = context.wrap_socket(
-        raw, server_hostname=f"hygon-dcu-extender.{NAMESPACE}.svc"
+    status, body = _get(
+        address["ip"], port["port"], "/metrics", context, f"hygon-dcu-extender.{NAMESPACE}.svc"
     )
-    try:
-        connection.request("GET", "/metrics")
-        response = connection.getresponse()
-        page = response.read().decode()
-    finally:
-        connection.close()
-    assert response.status == 200
+    assert status == 200
+    page = body.decode()
     # the binds the second scheduler made through it in the tests above
     (bound,) = [
         line

@@ -20,6 +20,8 @@ from hygon_dcu_plugin.extender import main as extender_main
 from playbook_runner import REPO
 from role_render import RoleRun, run_role, run_role_on_hosts
 
+from .conftest import EXTENDER_ON
+
 ASKED: dict[str, Any] = {
     "hygon_dcu_device_plugin_prometheus_rule": True,
     "hygon_dcu_device_plugin_prometheus_rule_labels": {"release": "prometheus"},
@@ -192,9 +194,8 @@ def test_prometheus_scrapes_each_program_once_and_the_extender_on_its_probes_por
         hygon_dcu_device_plugin_service_monitor=True,
         hygon_dcu_device_plugin_prometheus_rule=True,
         hygon_dcu_device_plugin_metrics_address="0.0.0.0",
-        hygon_dcu_device_plugin_extender_enabled=True,
+        **EXTENDER_ON,
         hygon_dcu_device_plugin_extender_mode=mode,
-        hygon_dcu_device_plugin_scheduler_image="registry.example/kube-scheduler:v1.20.2",
     )
     assert run.returncode == 0, run.output
     targets = _targets(run)
