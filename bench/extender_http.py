@@ -48,6 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 # The same import roots pytest gets from pyproject.toml, plus the tests' certificate authority.
 for _extra in (
     "tests/unit/plugin_image/webhook",
+    "tests/support",
     "tests/simulator",
     "plugin_image/src",
     ".venv/collections",

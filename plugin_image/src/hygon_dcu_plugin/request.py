@@ -138,6 +138,9 @@ class Reason(StrEnum):
     # A size no profile of any node covers: pod_rules, from the published geometry.
     SIZE_NOT_OFFERED = "size-not-offered"
     MALFORMED_POD = "malformed-pod"
+    # A pod UPDATE by the device plugin's or the extender's account that changes more than
+    # their own keys: webhook/pod_writes.
+    WRITE_BEYOND_OWN_KEYS = "write-beyond-own-keys"
 
     @property
     def refusal(self) -> AllocateRefusal:

@@ -51,6 +51,7 @@ GEOMETRY_SELECTOR = f"{GEOMETRY_LABEL}={GEOMETRY_LABEL_VALUE}"
 RESERVATION_ANNOTATION = VENDOR_PREFIX + "dcu.reservation"
 # Set with the reservation, so the extender finds reserved pods with one labelled list.
 RESERVED_LABEL = VENDOR_PREFIX + "dcu.reserved"
+RESERVED_VALUE = "true"
 SCHEDULER_NAME = "hygon-dcu-scheduler"  # the second scheduler's default profile name
 
 # Placement policies (the plugin's `policy` setting; placement.py implements them).

@@ -236,6 +236,48 @@ def partition_pod(
     }
 
 
+def idle_pod(name: str) -> dict[str, Any]:
+    """A pod that asks nothing of the product, on the node: what a stolen token would aim at."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": WORKLOAD_NAMESPACE, "labels": {"app": "idle"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "idle",
+                    "image": WORKLOAD_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                }
+            ],
+        },
+    }
+
+
+def patch_as(
+    kube: Kube, account: str, name: str, patch: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """A merge patch of the workload pod ``name`` by one of the role's service accounts, as its
+    token would send it (the admin impersonates the account: RBAC and admission see it)."""
+    return kube.run(
+        "--as",
+        f"system:serviceaccount:{NAMESPACE}:{account}",
+        "patch",
+        "pod",
+        "-n",
+        WORKLOAD_NAMESPACE,
+        name,
+        "--type",
+        "merge",
+        "-p",
+        json.dumps(patch),
+        check=False,
+    )
+
+
 def refusal_without_profile(kube: Kube, name: str) -> str:
     """Creates a pod that asks the partition family without a profile, which the admission
     webhook refuses: the creation must fail and leave no pod. Returns kubectl's stderr."""

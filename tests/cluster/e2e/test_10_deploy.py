@@ -6,14 +6,18 @@ off), the plugin Ready.
 
 from __future__ import annotations
 
+import json
+
 from e2e_support import (
     NAMESPACE,
     Kube,
     Playbooks,
     SimNode,
+    idle_pod,
+    patch_as,
     wait_for,
 )
-from hygon_dcu_plugin.vocabulary import WHOLE_CARD
+from hygon_dcu_plugin.vocabulary import WHOLE_CARD, annotation_key
 from privileges import assert_privileges_as_documented
 
 
@@ -69,6 +73,42 @@ def test_plugin_and_webhook_ready(kube: Kube) -> None:
 def test_each_account_may_do_what_the_docs_say(kube: Kube) -> None:
     # The default deployment: the webhook on, the extender off (its accounts hold nothing).
     assert_privileges_as_documented(kube, webhook_enabled=True)
+
+
+def test_the_plugins_account_may_patch_a_pods_grant_annotations_and_nothing_else(
+    kube: Kube, workload_namespace: str
+) -> None:
+    # RBAC lets the account patch every pod; the webhook's second entry narrows it to grants.
+    name = "write-guard-plugin"
+    kube.apply(idle_pod(name))
+    try:
+        for patch in (
+            {"metadata": {"labels": {"app": "payments"}}},
+            {"metadata": {"annotations": {"team": "x"}}},
+            {"metadata": {"ownerReferences": None, "finalizers": ["example.com/hold"]}},
+            {"spec": {"activeDeadlineSeconds": 1}},
+        ):
+            refused = patch_as(kube, "hygon-dcu-device-plugin", name, patch)
+            assert refused.returncode != 0, patch
+            assert "may change only its own keys" in refused.stderr, refused.stderr
+        grant = json.dumps({"card": "0000:3b:00.0", "container": "idle", "profile": "2g.15gb"})
+        key = annotation_key("idle")
+        written = patch_as(
+            kube, "hygon-dcu-device-plugin", name, {"metadata": {"annotations": {key: grant}}}
+        )
+        assert written.returncode == 0, written.stderr
+        # Any other user is left to RBAC: the admin's label goes through.
+        kube.run("label", "pod", "-n", workload_namespace, name, "app=mine", "--overwrite")
+        pod = kube.pod(name, workload_namespace)
+        assert pod is not None
+        assert pod["metadata"]["labels"] == {"app": "mine"}
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[key] == grant
+        assert "team" not in annotations
+        assert "finalizers" not in pod["metadata"]
+        assert "activeDeadlineSeconds" not in pod["spec"]
+    finally:
+        kube.delete_pod(name, workload_namespace, wait=False)
 
 
 def test_whole_cards_advertised_with_the_mode_off(kube: Kube, cluster_sim: SimNode) -> None:

@@ -42,9 +42,11 @@ from e2e_support import (
     delete_labelled_pods,
     deploy_extender,
     extender_ready,
+    idle_pod,
     labelled_pods,
     lease,
     partition_pod,
+    patch_as,
     published,
     reserved,
     wait_for,
@@ -56,7 +58,10 @@ from hygon_dcu_plugin.vocabulary import (
     GEOMETRY_LABEL,
     MEMORY_MIB,
     PROFILE_PREFIX,
+    RESERVATION_ANNOTATION,
+    RESERVED_LABEL,
     SCHEDULER_NAME,
+    annotation_key,
 )
 from privileges import assert_privileges_as_documented
 
@@ -571,6 +576,45 @@ def test_the_extender_acts_as_its_own_account_not_the_schedulers(kube: Kube) -> 
     assert answer["status"]["user"]["username"] == (
         f"system:serviceaccount:{NAMESPACE}:hygon-dcu-extender"
     )
+
+
+def test_the_extenders_account_may_patch_its_reservation_and_label_and_nothing_else(
+    kube: Kube, workload_namespace: str
+) -> None:
+    name = "write-guard-extender"
+    kube.apply(idle_pod(name))
+    try:
+        for patch in (
+            {"metadata": {"labels": {"app": "payments"}}},
+            {"metadata": {"labels": {RESERVED_LABEL: "false"}}},
+            {"metadata": {"annotations": {annotation_key("idle"): "{}"}}},
+            {"metadata": {"annotations": {RESERVATION_ANNOTATION: "{}"}, "labels": {"x": "1"}}},
+        ):
+            refused = patch_as(kube, "hygon-dcu-extender", name, patch)
+            assert refused.returncode != 0, patch
+            assert "may change only its own keys" in refused.stderr, refused.stderr
+        # What reserve_pod and unlabel_pod send (the text is not read here: the pod asks for
+        # no partition).
+        allowed: tuple[dict[str, Any], ...] = (
+            {
+                "metadata": {
+                    "annotations": {RESERVATION_ANNOTATION: "{}"},
+                    "labels": {RESERVED_LABEL: "true"},
+                }
+            },
+            {"metadata": {"labels": {RESERVED_LABEL: None}}},
+        )
+        for patch in allowed:
+            written = patch_as(kube, "hygon-dcu-extender", name, patch)
+            assert written.returncode == 0, written.stderr
+        pod = kube.pod(name, workload_namespace)
+        assert pod is not None
+        assert pod["metadata"]["labels"] == {"app": "idle"}
+        annotations = pod["metadata"]["annotations"]
+        assert annotations[RESERVATION_ANNOTATION] == "{}"
+        assert annotation_key("idle") not in annotations
+    finally:
+        kube.delete_pod(name, workload_namespace, wait=False)
 
 
 def test_each_account_may_do_what_the_docs_say(kube: Kube) -> None:

@@ -246,6 +246,8 @@ def test_the_table_covers_every_reason_of_a_containers_limits() -> None:
         Reason.SLICE_SIZE_WITHOUT_SLICE,
         Reason.SLICE_WITH_WHOLE_CARD,
         Reason.SLICE_IN_INIT_CONTAINER,
+        # A pod's UPDATE by the product's accounts (webhook/test_webhook_pod_writes.py).
+        Reason.WRITE_BEYOND_OWN_KEYS,
     }
     assert {row.verdict for row in ROWS if isinstance(row.verdict, Reason)} == per_container
 

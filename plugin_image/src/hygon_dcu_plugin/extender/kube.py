@@ -32,6 +32,7 @@ from hygon_dcu_plugin.vocabulary import (
     GEOMETRY_SELECTOR,
     RESERVATION_ANNOTATION,
     RESERVED_LABEL,
+    RESERVED_VALUE,
 )
 
 __all__ = [
@@ -62,7 +63,6 @@ EXTENDER_LEASE_ACCESS: tuple[tuple[str, str, str], ...] = (
     ("coordination.k8s.io", "leases", "list"),  # list_geometry_leases: the periodic refresh
 )
 
-RESERVED_VALUE = "true"
 EVENT_SOURCE = "hygon-dcu-scheduler-extender"
 # Objects per list page: bounds what one reply holds (a pod is a few KB).
 PAGE_SIZE = 250

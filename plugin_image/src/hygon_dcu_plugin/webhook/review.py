@@ -18,6 +18,7 @@ from hygon_dcu_plugin.pod_rules import (
     read_pod,
 )
 from hygon_dcu_plugin.serving.body import BadBody
+from hygon_dcu_plugin.webhook.pod_writes import UNGUARDED, NotAPod, PodWriters, check_update
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -60,10 +61,14 @@ class Decision:
 
 
 def decide(
-    review: Mapping[str, Any], offered: Offered = None, slice_cards: OfferedSlices = None
+    review: Mapping[str, Any],
+    offered: Offered = None,
+    slice_cards: OfferedSlices = None,
+    writers: PodWriters = UNGUARDED,
 ) -> Decision:
-    """Check the request of one AdmissionReview and decide it; ``offered`` and
-    ``slice_cards`` are what the nodes publish (``pod_rules.check_pod``)."""
+    """Check the request of one AdmissionReview and decide it: a pod's CREATE by the rules of
+    ``pod_rules.check_pod`` (``offered`` and ``slice_cards`` are what the nodes publish), a
+    pod's UPDATE by one of the product's ``writers`` by ``pod_writes``."""
     if review.get("apiVersion") != API_VERSION or review.get("kind") != KIND:
         raise BadReview(
             "wrong-kind",
@@ -90,6 +95,8 @@ def decide(
         and resource.get("resource") == "pods"
         and not request.get("subResource")
     )
+    if is_pod and operation == "UPDATE":
+        return Decision(uid, _check_writer(request, writers), operation, namespace, name)
     # Only a pod's CREATE carries resources that can change: extended resources are immutable
     # afterwards (in-place resize covers cpu and memory only), so anything else is admitted.
     if not is_pod or operation != "CREATE":
@@ -103,6 +110,25 @@ def decide(
             name = _text(metadata.get("name")) or _text(metadata.get("generateName"))
     findings = read_pod(pod, offered, slice_cards=slice_cards).findings
     return Decision(uid, findings, operation, namespace, name)
+
+
+def _check_writer(request: Mapping[str, Any], writers: PodWriters) -> Findings:
+    """A pod UPDATE: checked when one of the product's accounts makes it, else admitted."""
+    user = request.get("userInfo")
+    username = user.get("username") if isinstance(user, Mapping) else None
+    writable = writers.writable(username if isinstance(username, str) else "")
+    if writable is None:
+        return NOTHING_FOUND
+    new, old = request.get("object"), request.get("oldObject")
+    if not isinstance(new, Mapping) or not isinstance(old, Mapping):
+        raise BadReview("no-object", "the UPDATE request for a pod lacks object or oldObject")
+    try:
+        violation = check_update(old, new, writable)
+    except NotAPod as error:
+        raise BadReview("not-a-pod", str(error)) from error
+    if violation is None:
+        return NOTHING_FOUND
+    return Findings([violation], 1, frozenset({violation.reason}))
 
 
 def _text(value: object) -> str:

@@ -1,10 +1,11 @@
 """The webhook's HTTPS server: ``POST /validate``, ``GET /healthz``, ``GET /metrics``.
 
 The bounded server of ``serving.server`` (its docstring lists the bounds) with the webhook's one
-endpoint. Its peak memory is about: the interpreter and this package (25 MiB) + the held bodies
-(4 x 3 MiB) + one parse (24 MiB) + 64 connections x their buffers (under 0.25 MiB each):
-under 80 MiB against the Deployment's 128 MiB limit. The unit tests measure the process's peak
-for the costliest bodies it accepts.
+endpoint, which answers a pod's CREATE and its UPDATE alike (``review.decide``). Its peak memory
+is about: the interpreter and this package (25 MiB) + the held bodies (4 x 3 MiB) + one parse
+(24 MiB) + 64 connections x their buffers (under 0.25 MiB each): under 80 MiB against the
+Deployment's 128 MiB limit. The unit tests measure the process's peak for the costliest bodies
+it accepts.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from hygon_dcu_plugin.serving.server import (
 )
 from hygon_dcu_plugin.serving.tls import CertificateReloader
 from hygon_dcu_plugin.webhook.metrics import Metrics
+from hygon_dcu_plugin.webhook.pod_writes import UNGUARDED, PodWriters
 from hygon_dcu_plugin.webhook.review import decide
 
 if TYPE_CHECKING:
@@ -57,10 +59,12 @@ class AdmissionServer(BoundedServer):
         *,
         offered: Callable[[], Offered] = lambda: None,
         slice_cards: Callable[[], OfferedSlices] = lambda: None,
+        writers: PodWriters = UNGUARDED,
         **bounds: Any,
     ) -> None:
         self.offered = offered  # the profiles the nodes publish, or None (webhook/offered.py)
         self.slice_cards = slice_cards  # the cards offered for slices, or None
+        self.writers = writers  # the product's accounts whose pod UPDATEs are checked
         super().__init__(address, certificates, metrics, **bounds)
 
     def handler(self) -> type[BoundedHandler]:
@@ -79,7 +83,7 @@ class AdmissionHandler(BoundedHandler):
         decision = self._parsed(
             length,
             "the webhook is busy checking other pods; retry",
-            lambda document: decide(document, offered, slice_cards),
+            lambda document: decide(document, offered, slice_cards, self.server.writers),
         )
         if decision is None:
             return
@@ -88,7 +92,11 @@ class AdmissionHandler(BoundedHandler):
         # Rules in the order their first violation was found.
         rules = list(dict.fromkeys(violation.rule.value for violation in findings.kept))
         rules += sorted(rule.value for rule in findings.rules if rule.value not in rules)
-        log.info(
+        # Before Kubernetes 1.30 every pod update of the cluster is sent here (the guard of
+        # pod_writes.py); the ones it admits are logged at debug only.
+        quiet = decision.allowed and decision.operation == "UPDATE"
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "admission_review",
             extra={
                 "uid": decision.uid,
@@ -146,6 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--geometry-refresh-seconds", type=float, default=30.0)
     parser.add_argument(
+        "--plugin-user",
+        default="",
+        help="the device plugin's username (system:serviceaccount:NAMESPACE:NAME): its pod "
+        "UPDATEs may change only grant annotations; empty: not checked",
+    )
+    parser.add_argument(
+        "--extender-user",
+        default="",
+        help="the scheduler extender's username: its pod UPDATEs may change only the "
+        "reservation annotation and the reserved label; empty: not checked",
+    )
+    parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     return parser
@@ -162,6 +182,7 @@ def serve(
     request_timeout: float = REQUEST_TIMEOUT,
     offered: Callable[[], Offered] = lambda: None,
     slice_cards: Callable[[], OfferedSlices] = lambda: None,
+    writers: PodWriters = UNGUARDED,
 ) -> AdmissionServer:
     """Bind the server (port 0 picks a free one); the caller runs ``serve_forever``."""
     metrics = Metrics()
@@ -175,6 +196,7 @@ def serve(
         request_timeout=request_timeout,
         offered=offered,
         slice_cards=slice_cards,
+        writers=writers,
     )
 
 
@@ -233,6 +255,7 @@ def main(argv: list[str]) -> int:
             max_connections=options.max_connections,
             offered=offered.profiles if offered is not None else lambda: None,
             slice_cards=offered.slice_cards if offered is not None else lambda: None,
+            writers=PodWriters(options.plugin_user, options.extender_user),
         ),
     )
     if server is None:

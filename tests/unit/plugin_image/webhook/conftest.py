@@ -58,6 +58,9 @@ RENDER_SETS: dict[str, dict[str, Any]] = {
         "hygon_dcu_admission_priority_class": "system-cluster-critical",
         "hygon_dcu_admission_timeout_seconds": 10,
         "hygon_dcu_admission_excluded_namespaces": ["kube-system"],
+        "hygon_dcu_admission_plugin_account": "dcu-plugin",
+        "hygon_dcu_admission_extender_account": "dcu-extender",
+        "hygon_dcu_admission_pod_update_failure_policy": "Ignore",
     },  # + the CA as base64, below
     "cert-manager": {
         "hygon_dcu_admission_image": IMAGE,

@@ -14,9 +14,7 @@ from typing import Any
 import pytest
 from hygon_dcu_plugin.webhook.server import main
 from webhook_pod_cases import FAMILY, container, pod
-from webhook_support import Authority, Running, admission_review
-
-PACKAGE_ROOT = Path(__file__).resolve().parents[4] / "plugin_image" / "src"
+from webhook_support import PROCESS_PYTHONPATH, Authority, Running, admission_review
 
 
 def _events(lines: list[str]) -> list[dict[str, Any]]:
@@ -29,7 +27,7 @@ def test_process_serves_drains_on_sigterm_and_logs_json(
     cert_pem, key_pem, _ignored = authority.issue()
     (tmp_path / "tls.crt").write_bytes(cert_pem)
     (tmp_path / "tls.key").write_bytes(key_pem)
-    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
+    env = {**os.environ, "PYTHONPATH": PROCESS_PYTHONPATH}
     process = subprocess.Popen(
         [
             sys.executable,

@@ -83,13 +83,15 @@ def test_service_and_webhook_reach_the_server(
     volume = next(v for v in pod_spec["volumes"] if v["name"] == mount["name"])
     assert volume["secret"]["secretName"]
 
-    client = config["webhooks"][0]["clientConfig"]["service"]
-    assert client == {
-        "namespace": service["metadata"]["namespace"],
-        "name": service["metadata"]["name"],
-        "path": VALIDATE_PATH,
-        "port": port["port"],
-    }
+    for webhook in config["webhooks"]:
+        assert webhook["clientConfig"]["service"] == {
+            "namespace": service["metadata"]["namespace"],
+            "name": service["metadata"]["name"],
+            "path": VALIDATE_PATH,
+            "port": port["port"],
+        }
+    creates, writes = config["webhooks"]
+    assert creates["clientConfig"] == writes["clientConfig"]
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {
             "path": "/healthz",
@@ -117,7 +119,7 @@ def test_webhook_fails_closed_for_pod_create_only(
     renders: dict[str, Rendered], render_set: str
 ) -> None:
     deployment, _ignored, config = _parts(renders[render_set])
-    (webhook,) = config["webhooks"]
+    webhook, _writes = config["webhooks"]
     assert webhook["failurePolicy"] == "Fail"
     assert webhook["sideEffects"] == "None"
     assert webhook["admissionReviewVersions"] == ["v1"]
@@ -136,6 +138,43 @@ def test_webhook_fails_closed_for_pod_create_only(
     assert deployment["metadata"]["namespace"] in selector["values"]
     (condition,) = webhook["matchConditions"]
     assert condition["name"] == "requests-hygon-resource"
+
+
+@pytest.mark.parametrize(
+    ("render_set", "namespace", "accounts", "failure_policy"),
+    [
+        ("defaults", "hygon-dcu-system", ("hygon-dcu-device-plugin", "hygon-dcu-extender"), "Fail"),
+        ("custom", "gpu-system", ("dcu-plugin", "dcu-extender"), "Ignore"),
+    ],
+)
+def test_the_second_webhook_sends_every_pod_update_and_names_the_guarded_accounts(
+    renders: dict[str, Rendered],
+    render_set: str,
+    namespace: str,
+    accounts: tuple[str, str],
+    failure_policy: str,
+) -> None:
+    deployment, _ignored, config = _parts(renders[render_set])
+    _creates, writes = config["webhooks"]
+    assert writes["failurePolicy"] == failure_policy
+    assert writes["sideEffects"] == "None"
+    assert writes["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+    assert "namespaceSelector" not in writes  # every namespace, the runtime's own too
+    users = [f"system:serviceaccount:{namespace}:{account}" for account in accounts]
+    options = build_parser().parse_args(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
+    assert [options.plugin_user, options.extender_user] == users
+    (condition,) = writes["matchConditions"]
+    assert condition["name"] == "written-by-the-products-accounts"
 
 
 @pytest.mark.parametrize(

@@ -132,3 +132,27 @@ def test_has_guards_are_needed() -> None:
     plain = pod(container("app"))
     with pytest.raises(celpy.CELEvalError):
         unguarded.evaluate({"object": celpy.json_to_cel(plain)})
+
+
+@pytest.mark.parametrize(
+    ("username", "sent"),
+    [
+        ("system:serviceaccount:hygon-dcu-system:hygon-dcu-device-plugin", True),
+        ("system:serviceaccount:hygon-dcu-system:hygon-dcu-extender", True),
+        ("system:serviceaccount:hygon-dcu-system:hygon-dcu-scheduler", False),
+        ("system:serviceaccount:other:hygon-dcu-device-plugin", False),
+        ("kubernetes-admin", False),
+        ("", False),
+    ],
+)
+def test_pod_updates_are_sent_for_the_two_accounts_only(
+    renders: dict[str, Rendered], username: str, sent: bool
+) -> None:
+    """With matchConditions no other user's pod update depends on the webhook being up."""
+    (condition,) = renders["defaults"].documents["validatingwebhookconfiguration"]["webhooks"][1][
+        "matchConditions"
+    ]
+    request = celpy.json_to_cel({"userInfo": {"username": username}})
+    result = _program(condition["expression"]).evaluate({"request": request})
+    assert isinstance(result, celpy.celtypes.BoolType), result
+    assert bool(result) is sent

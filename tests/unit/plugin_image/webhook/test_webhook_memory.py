@@ -33,10 +33,10 @@ from hygon_dcu_plugin.serving.server import (
 from in_cluster import NAMESPACE, InCluster, in_cluster
 from model_geometry import node_text
 from webhook_pod_cases import FAMILY, MEMORY_MIB, container, pod
-from webhook_support import Authority, Running, admission_review
+from webhook_support import PROCESS_PYTHONPATH, Authority, Running, admission_review
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[4] / "plugin_image" / "src"
-COLLECTIONS = Path(__file__).resolve().parents[4] / ".venv" / "collections"
+# The account whose pod updates the process checks (webhook/pod_writes.py).
+PLUGIN_USER = "system:serviceaccount:hygon-dcu-system:hygon-dcu-device-plugin"
 # Half of the Deployment's limits.memory (128Mi).
 PEAK_LIMIT_KIB = 64 * 1024
 # The room left under the budget for the review around the filler.
@@ -60,8 +60,9 @@ def webhook_process(tmp_path: Path, authority: Authority) -> Iterator[tuple[int,
                 f"--cert-file={tmp_path / 'tls.crt'}",
                 f"--key-file={tmp_path / 'tls.key'}",
                 "--shutdown-delay-seconds=0",
+                f"--plugin-user={PLUGIN_USER}",
             ],
-            env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+            env={**os.environ, "PYTHONPATH": PROCESS_PYTHONPATH},
             stderr=log,
             stdout=subprocess.DEVNULL,
         )
@@ -116,6 +117,17 @@ def _nested(count: int) -> list[Any]:
     return [leaf] * count
 
 
+def _guarded_update(count: int) -> bytes:
+    """The plugin's account changing one of ``count`` labels: two pods to parse and compare."""
+    labels = {f"k{i}": "" for i in range(count)}
+    old = pod(container("train", {FAMILY: "1"}))
+    old["metadata"]["labels"] = labels
+    new = pod(container("train", {FAMILY: "1"}))
+    new["metadata"]["labels"] = {**labels, "k0": "changed"}
+    review = admission_review(new, operation="UPDATE", old_object=old, username=PLUGIN_USER)
+    return json.dumps(review, separators=(",", ":")).encode()
+
+
 BODIES: dict[str, Callable[[int], bytes]] = {
     # One character outside the BMP makes every string 4 bytes a character.
     "wide-string": _review_with(lambda n: "\U0001f600" + "a" * n, "annotations"),
@@ -125,6 +137,7 @@ BODIES: dict[str, Callable[[int], bytes]] = {
     ),
     "empty-objects": _review_with(lambda n: [{}] * n, "overhead"),
     "deep-lists": _review_with(_nested, "overhead"),
+    "guarded-update": _guarded_update,
 }
 
 
@@ -245,7 +258,7 @@ def listing_webhook(
                     "--geometry-refresh-seconds=1",
                 ],
                 # The geometry reader brings the node layer: the collection too.
-                env={**os.environ, **cluster.env, "PYTHONPATH": f"{PACKAGE_ROOT}:{COLLECTIONS}"},
+                env={**os.environ, **cluster.env, "PYTHONPATH": PROCESS_PYTHONPATH},
                 stderr=log,
                 stdout=subprocess.DEVNULL,
             )

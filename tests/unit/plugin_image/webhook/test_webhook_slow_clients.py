@@ -19,9 +19,8 @@ from typing import Any
 
 from misbehaving_clients import HEAD_START, Crowd, closed_within
 from webhook_pod_cases import container, pod
-from webhook_support import Authority, Running, admission_review, serving
+from webhook_support import PROCESS_PYTHONPATH, Authority, Running, admission_review, serving
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[4] / "plugin_image" / "src"
 # What the API server and the kubelet must still get: an answer this fast.
 ANSWER_SECONDS = 2.0
 # The bar for a handshake or a request head that never ends: cut off within a few seconds.
@@ -49,7 +48,7 @@ def webhook_process(directory: Path, authority: Authority) -> Iterator[Running]:
             "--key-file",
             str(directory / "tls.key"),
         ],
-        env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+        env={**os.environ, "PYTHONPATH": PROCESS_PYTHONPATH},
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,

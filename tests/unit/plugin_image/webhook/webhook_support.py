@@ -184,8 +184,12 @@ def admission_review(
     uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
     operation: str = "CREATE",
     resource: str = "pods",
+    *,
+    old_object: dict[str, Any] | None = None,
+    username: str = "alice",
 ) -> dict[str, Any]:
-    """An AdmissionReview as the API server sends it for a pod."""
+    """An AdmissionReview as the API server sends it for a pod (an UPDATE carries the pod
+    before it as ``old_object``)."""
     request: dict[str, Any] = {
         "uid": uid,
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -194,16 +198,22 @@ def admission_review(
         "requestResource": {"group": "", "version": "v1", "resource": resource},
         "namespace": "ml",
         "operation": operation,
-        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "userInfo": {"username": username, "groups": ["system:authenticated"]},
         "object": pod_object,
-        "oldObject": None,
+        "oldObject": old_object,
         "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        "options": {
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "UpdateOptions" if operation == "UPDATE" else "CreateOptions",
+        },
     }
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
+# What a webhook process run from the tree imports from: the package and, as in the image, the
+# collection's module_utils it shares.
+PROCESS_PYTHONPATH = f"{REPO_ROOT / 'plugin_image' / 'src'}:{REPO_ROOT / '.venv' / 'collections'}"
 TEMPLATES = REPO_ROOT / "roles" / "device_plugin" / "templates" / "admission"
 TEMPLATE_NAMES = (
     "serviceaccount",

@@ -3,6 +3,7 @@ and the webhook's scope where the server has no matchConditions."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +50,19 @@ def test_the_1_20_check_finds_what_1_20_lacks(renders_by_version: dict[str, Role
     assert found == [
         "policy/v1/PodDisruptionBudget: not served by Kubernetes 1.20",
         "ValidatingWebhookConfiguration.webhooks[0].matchConditions",
+        "ValidatingWebhookConfiguration.webhooks[1].matchConditions",
     ]
 
 
+def _webhooks(run: RoleRun) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod CREATE webhook and the pod UPDATE guard."""
+    creates, writes = run.find("ValidatingWebhookConfiguration")["webhooks"]
+    assert creates["failurePolicy"] == writes["failurePolicy"] == "Fail"
+    return creates, writes
+
+
 def _webhook(run: RoleRun) -> dict[str, Any]:
-    (webhook,) = run.find("ValidatingWebhookConfiguration")["webhooks"]
-    assert webhook["failurePolicy"] == "Fail"
-    return webhook  # type: ignore[no-any-return]
+    return _webhooks(run)[0]
 
 
 def test_pod_disruption_budget_version(renders_by_version: dict[str, RoleRun]) -> None:
@@ -87,6 +94,34 @@ def test_match_conditions_only_where_they_are_ga(renders_by_version: dict[str, R
                 "operator": "NotIn",
                 "values": ["excluded"],
             }
+
+
+def test_pod_updates_reach_the_guard_from_the_two_accounts_only_where_they_can_be_told_apart(
+    renders_by_version: dict[str, RoleRun],
+) -> None:
+    for version, run in renders_by_version.items():
+        writes = _webhooks(run)[1]
+        # every namespace: a stolen token could aim at any
+        assert "namespaceSelector" not in writes, version
+        if version in ("1.20", "1.28"):
+            assert "matchConditions" not in writes, version
+        else:
+            (condition,) = writes["matchConditions"]
+            # the users the server checks are the users the API server sends
+            args = run.find("Deployment", "hygon-dcu-admission")["spec"]["template"]["spec"][
+                "containers"
+            ][0]["args"]
+            users = [
+                arg.split("=", 1)[1]
+                for flag in ("--plugin-user=", "--extender-user=")
+                for arg in args
+                if arg.startswith(flag)
+            ]
+            assert condition["expression"] == f"request.userInfo.username in {json.dumps(users)}"
+            # and the first is the account the device plugin's pods run as
+            plugin = run.find("DaemonSet")["spec"]["template"]["spec"]["serviceAccountName"]
+            namespace = run.find("Namespace")["metadata"]["name"]
+            assert users[0] == f"system:serviceaccount:{namespace}:{plugin}"
 
 
 def test_namespace_exclusion_without_the_name_label(
