@@ -68,6 +68,7 @@ from hygon_dcu_plugin.placement import PACK, choose, slices_of  # noqa: E402
 from hygon_dcu_plugin.request import ProfileRequest, SizeRequest  # noqa: E402
 from hygon_dcu_plugin.reservation import Reservation, Reserved  # noqa: E402
 from hygon_dcu_plugin.reservation import encode as encode_reservation  # noqa: E402
+from hygon_dcu_plugin.serving.gc_pauses import FullPauses  # noqa: E402
 from hygon_dcu_plugin.serving.tls import CertificateReloader  # noqa: E402
 from hygon_dcu_plugin.vocabulary import (  # noqa: E402
     FAMILY,
@@ -262,6 +263,7 @@ def serve(api: MemoryApi, cert: str, key: str, port_out: Any) -> None:
     os.dup2(devnull, 2)
     logs.setup("info")
     state = ExtenderState(api, NAMESPACE)
+    state.after_refresh = FullPauses().after_refresh
     metrics = ExtenderMetrics(sample=state.counts)
     extender = Extender(state, api)
     server = make_server("127.0.0.1", 0, CertificateReloader(cert, key), metrics, extender)

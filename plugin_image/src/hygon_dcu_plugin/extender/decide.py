@@ -85,7 +85,7 @@ class NotPlaced:
 
 
 def _order(
-    requests: Sequence[tuple[int, tuple[str, PartitionRequest]]], profiles: list[GeoProfile]
+    requests: Sequence[tuple[int, tuple[str, PartitionRequest]]], profiles: Sequence[GeoProfile]
 ) -> list[tuple[int, tuple[str, PartitionRequest]]]:
     """Widest first, so a narrow container never takes the room a wide one of the same pod
     needs (the stable sort keeps the pod's order among equals)."""
@@ -169,8 +169,17 @@ def outcome(
     """Where each request of one pod goes on this node, all at once, counting what is carved
     and what is reserved; or the first that does not fit. ``option`` is
     ``placement.card_option`` or a memo of it."""
-    views = card_views(geometry, reserved)
-    profiles = geometry.profiles()
+    return outcome_on(card_views(geometry, reserved), geometry.profiles(), requests, option)
+
+
+def outcome_on(
+    views: list[CardView[GeoProfile]],
+    profiles: Sequence[GeoProfile],
+    requests: Sequence[tuple[str, PartitionRequest]],
+    option: CardOption = card_option,
+) -> Outcome:
+    """``outcome`` from the node's card views (reservations counted) and its
+    ``Geometry.profiles``, which a caller placing many pods on one node content makes once."""
     taken: list[tuple[int, str, str, int, int]] = []
     indexed = list(enumerate(requests))
     for index, (_container, request) in _order(indexed, profiles):

@@ -35,6 +35,7 @@ from hygon_dcu_plugin.extender.state import (
 )
 from hygon_dcu_plugin.extender.verbs import Extender
 from hygon_dcu_plugin.serving import malloc_tuning
+from hygon_dcu_plugin.serving.gc_pauses import FullPauses
 from hygon_dcu_plugin.serving.server import (
     DEFAULT_MAX_CONNECTIONS,
     MAX_CONNECTIONS_HELP,
@@ -209,6 +210,7 @@ def main(argv: list[str]) -> int:
     )
     metrics = ExtenderMetrics(sample=state.counts)
     state.on_release = lambda released: metrics.release(released.why)
+    state.after_refresh = FullPauses().after_refresh
     extender = Extender(state, api, policy=options.policy, scheduler_name=options.scheduler_name)
 
     def bind() -> tuple[ExtenderServer, ProbeServer | None]:

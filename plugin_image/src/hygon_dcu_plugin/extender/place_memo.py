@@ -29,11 +29,11 @@ from hygon_dcu_plugin.extender.decide import (
     Placed,
     answer,
     distinct_profiles,
-    outcome,
+    outcome_on,
 )
 from hygon_dcu_plugin.extender.decide import place as place_once
 from hygon_dcu_plugin.extender.decide import shape as shape_of
-from hygon_dcu_plugin.geometry import Geometry, GeoProfile
+from hygon_dcu_plugin.geometry import Geometry, GeoProfile, card_views
 from hygon_dcu_plugin.placement import (
     CardOption,
     CardView,
@@ -68,6 +68,10 @@ class _Entry:
     reserved: Reserved
     profiles: tuple[GeoProfile, ...]
     tables: tuple[int | None, ...]  # per card (by index): its table's number
+    # What every outcome on this content starts from (a third of a new outcome's cost): the
+    # card views with the reservations counted, and Geometry.profiles.
+    views: list[CardView[GeoProfile]]
+    by_name: list[GeoProfile]
     outcomes: dict[tuple[object, ...], Outcome] = field(default_factory=dict)
 
 
@@ -91,7 +95,7 @@ class PlaceMemo:
         with self._lock:
             found = entry.outcomes.get(key)
         if found is None:
-            found = outcome(state.geometry, state.reserved, requests, self._option(entry))
+            found = outcome_on(entry.views, entry.by_name, requests, self._option(entry))
             with self._lock:
                 if len(entry.outcomes) >= self._max_shapes:
                     del entry.outcomes[next(iter(entry.outcomes))]
@@ -108,6 +112,8 @@ class PlaceMemo:
                 reserved,
                 distinct_profiles(geometry),
                 tuple(self._table(card.profiles) for card in geometry.cards),
+                card_views(geometry, dict(reserved)),
+                geometry.profiles(),
             )
             self._nodes.pop(node, None)  # re-entered last: the oldest are dropped first
             if len(self._nodes) >= self._max_nodes:

@@ -300,6 +300,8 @@ class ExtenderState:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.on_release: Callable[[Released], None] | None = None
+        # Called by the refresh thread after each round (main: serving.gc_pauses).
+        self.after_refresh: Callable[[], None] = lambda: None
 
     # readers -----------------------------------------------------------------------------
     @property
@@ -441,6 +443,7 @@ class ExtenderState:
                     self.rebuild()
                 if self._rebuilt:
                     self.refresh()
+                    self.after_refresh()
             except Exception:  # a bug: keep refreshing, /healthz tells when lists stop working
                 log.error("refresh_failed", exc_info=True)
             self._stop.wait(self.refresh_seconds)
