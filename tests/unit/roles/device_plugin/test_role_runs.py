@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from admission_config import client_config
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from role_certificates import make_certificate
@@ -34,8 +35,7 @@ def _tls(run: RoleRun) -> tuple[x509.Certificate, list[x509.Certificate], bytes]
 
 
 def _ca_bundle(run: RoleRun) -> bytes:
-    (webhook,) = run.find("ValidatingWebhookConfiguration")["webhooks"]
-    return base64.b64decode(webhook["clientConfig"]["caBundle"])
+    return base64.b64decode(client_config(run.find("ValidatingWebhookConfiguration"))["caBundle"])
 
 
 @pytest.mark.floor

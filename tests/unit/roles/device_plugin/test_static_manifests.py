@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from admission_config import client_config
 from playbook_runner import BIN, ansible_env
 from role_certificates import WEBHOOK_SERVICE, make_certificate
 from role_render import REPO, run_role
@@ -65,8 +66,8 @@ def test_site_secret_output_trusts_the_given_ca(tmp_path: Path) -> None:
     found = objects(out)
     assert "Secret" not in [obj["kind"] for obj in found]
     (configuration,) = [obj for obj in found if obj["kind"] == "ValidatingWebhookConfiguration"]
-    (webhook,) = configuration["webhooks"]
-    assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode().strip() == ca.strip()
+    ca_bundle = client_config(configuration)["caBundle"]
+    assert base64.b64decode(ca_bundle).decode().strip() == ca.strip()
     # Rendered for the Kubernetes version asked: 1.20 has no policy/v1.
     (budget,) = [obj for obj in found if obj["kind"] == "PodDisruptionBudget"]
     assert budget["apiVersion"] == "policy/v1beta1"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from admission_config import client_config
 from fake_api_server import FakeApiServer, serving
 from role_certificates import WEBHOOK_SERVICE, make_certificate, site_certificate_variables
 from role_render import MANIFESTS, run_role
@@ -48,10 +49,10 @@ def test_the_rendered_manifests_hold_no_private_key_and_the_webhook_mounts_cert_
     deployment = run.find("Deployment", "hygon-dcu-admission")
     assert certificate["spec"]["secretName"] in mounted_secrets(deployment)
     configuration = run.find("ValidatingWebhookConfiguration")
-    (webhook,) = configuration["webhooks"]
-    service = webhook["clientConfig"]["service"]
+    reached = client_config(configuration)
+    service = reached["service"]
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
-    assert "caBundle" not in webhook["clientConfig"]
+    assert "caBundle" not in reached
     assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
         f"{certificate['metadata']['namespace']}/{certificate['metadata']['name']}"
     )
@@ -154,8 +155,8 @@ def test_site_secret_renders_no_key_and_trusts_the_sites_ca(tmp_path: Path) -> N
     assert key.split("\n")[1] not in text
     assert "Secret" not in [obj["kind"] for obj in run.objects()]
     assert SITE_SECRET_NAME in mounted_secrets(run.find("Deployment", "hygon-dcu-admission"))
-    (webhook,) = run.find("ValidatingWebhookConfiguration")["webhooks"]
-    assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode().strip() == ca.strip()
+    ca_bundle = client_config(run.find("ValidatingWebhookConfiguration"))["caBundle"]
+    assert base64.b64decode(ca_bundle).decode().strip() == ca.strip()
 
 
 def test_site_secret_without_a_ca_or_with_a_key_is_refused(tmp_path: Path) -> None:
@@ -236,8 +237,8 @@ def test_site_secret_against_a_cluster_needs_the_secret_and_never_touches_it(
         assert installed.returncode == 0, installed.output
         configuration = api.get("ValidatingWebhookConfiguration", "hygon-dcu-admission")
         assert configuration is not None
-        (webhook,) = configuration["webhooks"]
-        assert base64.b64decode(webhook["clientConfig"]["caBundle"]).decode().strip() == ca.strip()
+        ca_bundle = client_config(configuration)["caBundle"]
+        assert base64.b64decode(ca_bundle).decode().strip() == ca.strip()
         assert api.get("Secret", SITE_SECRET_NAME, NAMESPACE) == secret
 
         removed = cluster_run(
